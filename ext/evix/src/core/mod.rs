@@ -1,0 +1,457 @@
+//! The loop: queues, timers and watchers, and `run_once` as a flat list of
+//! phases (DESIGN.md §2). No Ruby here: callbacks are an opaque `C` that a
+//! [`Driver`] knows how to call, so `cargo test` runs all of this without Ruby.
+//!
+//! No `RefCell` borrow is held while a callback runs or while the backend
+//! blocks, so callbacks may call back into the loop and a garbage collector
+//! may walk the callbacks from another thread at any time.
+
+mod registry;
+mod shared;
+mod slab;
+mod timers;
+
+pub use shared::{Closed, Shared, Wake};
+pub use slab::Key;
+
+use crate::sys::{Backend, BackendKind, Event, Interest, WAKER_TOKEN};
+use registry::Registry;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::io;
+use std::os::unix::io::RawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use timers::{deadline_after, Timers};
+
+/// Why a callback is called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fire {
+    Immediate,
+    Io(Interest),
+    Timer,
+    Deferred,
+}
+
+/// How `run` iterates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunMode {
+    /// Until `stop` or until nothing referenced is left.
+    Default,
+    /// One iteration, blocking if needed.
+    Once,
+    /// One iteration that never blocks.
+    NoWait,
+}
+
+#[derive(Debug)]
+pub enum RunError<E> {
+    /// A callback (or the driver's blocking wait) failed.
+    Callback(E),
+    /// The backend failed.
+    Io(io::Error),
+    /// `run` was called from inside a callback of the same loop.
+    Reentered,
+    Closed,
+}
+
+/// Calls callbacks and blocks in the backend on behalf of the loop.
+pub trait Driver<C> {
+    type Error;
+
+    fn invoke(&mut self, callback: C, fire: Fire) -> Result<(), Self::Error>;
+
+    /// Runs `wait`, which may block; `wake` interrupts it from another thread.
+    /// The default simply calls it.
+    fn block(
+        &mut self,
+        wake: &Wake,
+        wait: &mut dyn FnMut() -> io::Result<()>,
+    ) -> Result<io::Result<()>, Self::Error> {
+        let _ = wake;
+        Ok(wait())
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    pub immediates: usize,
+    pub deferred: usize,
+    pub timers: usize,
+    pub watchers: usize,
+    pub iterations: u64,
+}
+
+#[derive(Debug)]
+struct State<C> {
+    immediates: VecDeque<C>,
+    deferred: VecDeque<C>,
+    timers: Timers<C>,
+    registry: Registry<C>,
+    iterations: u64,
+}
+
+#[derive(Debug)]
+struct Poller {
+    backend: Option<Backend>,
+    events: Vec<Event>,
+}
+
+#[derive(Debug)]
+pub struct Loop<C> {
+    state: RefCell<State<C>>,
+    poller: RefCell<Poller>,
+    shared: Arc<Shared<C>>,
+    kind: BackendKind,
+    running: Cell<bool>,
+    stop: Cell<bool>,
+}
+
+/// Clears the running flag however `run` ends.
+struct Running<'a>(&'a Cell<bool>);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+impl<C: Clone> Loop<C> {
+    pub fn new(kind: BackendKind) -> io::Result<Loop<C>> {
+        let mut backend = Backend::new(kind)?;
+        let shared = Arc::new(Shared::new()?);
+        let waker_fd = shared.wake.fd().expect("a new waker is open");
+        backend.register(waker_fd, WAKER_TOKEN, Interest::READ)?;
+        Ok(Loop {
+            state: RefCell::new(State {
+                immediates: VecDeque::new(),
+                deferred: VecDeque::new(),
+                timers: Timers::default(),
+                registry: Registry::default(),
+                iterations: 0,
+            }),
+            poller: RefCell::new(Poller {
+                backend: Some(backend),
+                events: Vec::with_capacity(1024),
+            }),
+            shared,
+            kind,
+            running: Cell::new(false),
+            stop: Cell::new(false),
+        })
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    /// The thread-safe part, for `post`/`wakeup` from other threads.
+    pub fn shared(&self) -> &Arc<Shared<C>> {
+        &self.shared
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.is_closed()
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running.get()
+    }
+
+    pub fn next_tick(&self, callback: C) {
+        self.state.borrow_mut().immediates.push_back(callback);
+    }
+
+    pub fn defer(&self, callback: C) {
+        self.state.borrow_mut().deferred.push_back(callback);
+    }
+
+    pub fn add_timer(&self, delay: Duration, interval: Option<Duration>, callback: C) -> Key {
+        let deadline = deadline_after(Instant::now(), delay);
+        self.state
+            .borrow_mut()
+            .timers
+            .add(deadline, interval, callback)
+    }
+
+    /// Moves an active timer to now + `delay`; `false` if it is not active.
+    pub fn timer_again(&self, key: Key, delay: Duration) -> bool {
+        let deadline = deadline_after(Instant::now(), delay);
+        self.state.borrow_mut().timers.again(key, deadline)
+    }
+
+    /// Cancels a timer; `false` if it was not active.
+    pub fn cancel_timer(&self, key: Key) -> bool {
+        // Drop the callback only after the borrow ends (dropping may run code).
+        let removed = self.state.borrow_mut().timers.cancel(key);
+        removed.is_some()
+    }
+
+    pub fn timer_active(&self, key: Key) -> bool {
+        self.state.borrow().timers.is_active(key)
+    }
+
+    pub fn timer_set_ref(&self, key: Key, referenced: bool) {
+        self.state.borrow_mut().timers.set_ref(key, referenced);
+    }
+
+    pub fn add_watcher(
+        &self,
+        fd: RawFd,
+        interest: Interest,
+        oneshot: bool,
+        callback: C,
+    ) -> io::Result<Key> {
+        let mut poller = self.poller.borrow_mut();
+        let backend = poller.backend.as_mut().ok_or_else(closed_error)?;
+        self.state
+            .borrow_mut()
+            .registry
+            .add(backend, fd, interest, oneshot, callback)
+    }
+
+    /// Removes a watcher; `false` if it was not active. Never an error, even
+    /// when the fd was closed already.
+    pub fn cancel_watcher(&self, key: Key) -> bool {
+        let removed = self.state.borrow_mut().registry.remove(key);
+        removed.is_some()
+    }
+
+    pub fn watcher_active(&self, key: Key) -> bool {
+        self.state.borrow().registry.is_active(key)
+    }
+
+    pub fn watcher_set_ref(&self, key: Key, referenced: bool) {
+        self.state.borrow_mut().registry.set_ref(key, referenced);
+    }
+
+    /// Asks `run` to return after the current iteration.
+    pub fn stop(&self) {
+        self.stop.set(true);
+    }
+
+    /// Anything referenced left: immediates, deferred or posted callbacks,
+    /// referenced timers or watchers.
+    pub fn alive(&self) -> bool {
+        let state = self.state.borrow();
+        !state.immediates.is_empty()
+            || !state.deferred.is_empty()
+            || state.timers.referenced() > 0
+            || state.registry.referenced() > 0
+            || self.shared.has_posts()
+    }
+
+    pub fn stats(&self) -> Stats {
+        let state = self.state.borrow();
+        Stats {
+            immediates: state.immediates.len() + self.shared.posts_len(),
+            deferred: state.deferred.len(),
+            timers: state.timers.len(),
+            watchers: state.registry.len(),
+            iterations: state.iterations,
+        }
+    }
+
+    /// Visits every callback the loop holds (for a garbage collector's mark).
+    /// Returns `false` if the state was busy and could not be visited.
+    pub fn for_each_callback(&self, mut f: impl FnMut(&C)) -> bool {
+        let Ok(state) = self.state.try_borrow() else {
+            return false;
+        };
+        state.immediates.iter().for_each(&mut f);
+        state.deferred.iter().for_each(&mut f);
+        state.timers.callbacks().for_each(&mut f);
+        state.registry.callbacks().for_each(&mut f);
+        self.shared.for_each_post(&mut f);
+        true
+    }
+
+    /// Drops every callback and closes the backend and waker.
+    pub fn close(&self) {
+        self.shared.close();
+        self.poller.borrow_mut().backend = None;
+        let mut state = self.state.borrow_mut();
+        let dropped = (
+            std::mem::take(&mut state.immediates),
+            std::mem::take(&mut state.deferred),
+        );
+        state.timers.clear();
+        state.registry.clear();
+        drop(state);
+        drop(dropped);
+    }
+
+    pub fn run<D: Driver<C>>(
+        &self,
+        mode: RunMode,
+        driver: &mut D,
+    ) -> Result<bool, RunError<D::Error>> {
+        let _running = self.enter::<D::Error>()?;
+        let result = match mode {
+            RunMode::Default => loop {
+                if self.stop.get() || !self.alive() {
+                    break Ok(());
+                }
+                if let Err(e) = self.iterate(driver, None, false) {
+                    break Err(e);
+                }
+            },
+            RunMode::Once => self.iterate(driver, None, false),
+            RunMode::NoWait => self.iterate(driver, Some(Duration::ZERO), true),
+        };
+        self.stop.set(false);
+        result.map(|()| self.alive())
+    }
+
+    /// One iteration, blocking at most `timeout` (`None`: as long as needed).
+    pub fn run_once<D: Driver<C>>(
+        &self,
+        timeout: Option<Duration>,
+        driver: &mut D,
+    ) -> Result<bool, RunError<D::Error>> {
+        let _running = self.enter::<D::Error>()?;
+        let result = self.iterate(driver, timeout, timeout == Some(Duration::ZERO));
+        self.stop.set(false);
+        result.map(|()| self.alive())
+    }
+
+    fn enter<E>(&self) -> Result<Running<'_>, RunError<E>> {
+        if self.is_closed() {
+            return Err(RunError::Closed);
+        }
+        if self.running.replace(true) {
+            return Err(RunError::Reentered);
+        }
+        Ok(Running(&self.running))
+    }
+
+    fn iterate<D: Driver<C>>(
+        &self,
+        driver: &mut D,
+        limit: Option<Duration>,
+        nowait: bool,
+    ) -> Result<(), RunError<D::Error>> {
+        self.run_immediates(driver)?;
+        let timeout = self.compute_timeout(limit, nowait);
+        self.poll(driver, timeout)?;
+        self.run_io(driver)?;
+        self.run_timers(driver)?;
+        self.run_deferred(driver)
+    }
+
+    /// Phase 1: what was queued (or posted) before the phase began.
+    fn run_immediates<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
+        let count = {
+            let mut state = self.state.borrow_mut();
+            state.iterations += 1;
+            self.shared.take_posts(&mut state.immediates);
+            state.immediates.len()
+        };
+        for _ in 0..count {
+            let next = self.state.borrow_mut().immediates.pop_front();
+            let Some(callback) = next else { break };
+            driver
+                .invoke(callback, Fire::Immediate)
+                .map_err(RunError::Callback)?;
+        }
+        Ok(())
+    }
+
+    /// Phase 2: 0 when work is pending or `stop` was asked, else time to the
+    /// earliest timer, capped by `limit`.
+    fn compute_timeout(&self, limit: Option<Duration>, nowait: bool) -> Option<Duration> {
+        if nowait || self.stop.get() || !self.alive() {
+            return Some(Duration::ZERO);
+        }
+        let state = self.state.borrow();
+        if !state.immediates.is_empty() || !state.deferred.is_empty() || self.shared.has_posts() {
+            return Some(Duration::ZERO);
+        }
+        let until_timer = state
+            .timers
+            .earliest()
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+        match (limit, until_timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Phase 3: wait in the backend; the driver blocks only if `timeout` != 0.
+    fn poll<D: Driver<C>>(
+        &self,
+        driver: &mut D,
+        timeout: Option<Duration>,
+    ) -> Result<(), RunError<D::Error>> {
+        let mut poller = self.poller.borrow_mut();
+        let Poller { backend, events } = &mut *poller;
+        let backend = backend.as_mut().ok_or(RunError::<D::Error>::Closed)?;
+        let result = if timeout == Some(Duration::ZERO) || !self.shared.prepare_block() {
+            backend.wait(events, Some(Duration::ZERO))
+        } else {
+            let outcome = driver.block(&self.shared.wake, &mut || backend.wait(events, timeout));
+            self.shared.after_block();
+            outcome.map_err(|e| {
+                events.clear();
+                RunError::Callback(e)
+            })?
+        };
+        result.map_err(RunError::Io)
+    }
+
+    /// Phase 4: dispatch the events of this poll.
+    fn run_io<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
+        {
+            let mut poller = self.poller.borrow_mut();
+            let Poller { backend, events } = &mut *poller;
+            let backend = backend.as_mut().ok_or(RunError::<D::Error>::Closed)?;
+            let ingested = self.state.borrow_mut().registry.ingest(backend, events);
+            if ingested.woken {
+                self.shared.wake.drain();
+            }
+        }
+        loop {
+            let next = self.state.borrow_mut().registry.next_ready();
+            let Some((callback, ready)) = next else { break };
+            driver
+                .invoke(callback, Fire::Io(ready))
+                .map_err(RunError::Callback)?;
+        }
+        Ok(())
+    }
+
+    /// Phase 5: due timers, re-reading the clock after each callback.
+    fn run_timers<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
+        let mark = self.state.borrow().timers.sequence_mark();
+        let mut now = Instant::now();
+        loop {
+            let due = self.state.borrow_mut().timers.pop_due(now, mark);
+            let Some(callback) = due else { break };
+            driver
+                .invoke(callback, Fire::Timer)
+                .map_err(RunError::Callback)?;
+            now = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Phase 6: deferred callbacks queued before the phase began.
+    fn run_deferred<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
+        let count = self.state.borrow().deferred.len();
+        for _ in 0..count {
+            let next = self.state.borrow_mut().deferred.pop_front();
+            let Some(callback) = next else { break };
+            driver
+                .invoke(callback, Fire::Deferred)
+                .map_err(RunError::Callback)?;
+        }
+        Ok(())
+    }
+}
+
+fn closed_error() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "loop is closed")
+}
+
+#[cfg(test)]
+mod tests;

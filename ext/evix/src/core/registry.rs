@@ -1,0 +1,256 @@
+//! I/O watchers and the per-fd kernel registrations they share.
+//!
+//! Several watchers may watch one fd; the kernel sees one registration with
+//! the union of their interests. Registrations are kept lazily: removing a
+//! watcher costs no syscall, and interest the kernel still reports but no
+//! watcher wants is dropped only when such an event actually arrives. Kernel
+//! tokens carry the fd and a generation, so an event for a registration that
+//! was replaced (fd closed and its number reused) is dropped.
+
+use super::slab::{Key, Slab};
+use crate::sys::{Backend, Event, Interest, WAKER_TOKEN};
+use std::io;
+use std::os::unix::io::RawFd;
+
+#[derive(Debug)]
+struct Watcher<C> {
+    fd: RawFd,
+    interest: Interest,
+    oneshot: bool,
+    referenced: bool,
+    callback: C,
+}
+
+#[derive(Debug)]
+struct FdEntry {
+    generation: u32,
+    /// What the kernel was last told (a superset of what watchers want).
+    kernel: Interest,
+    watchers: Vec<Key>,
+}
+
+impl FdEntry {
+    fn token(&self, fd: RawFd) -> u64 {
+        (u64::from(self.generation) << 32) | fd as u32 as u64
+    }
+}
+
+/// What one ingested batch of events asks of the loop besides callbacks.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Ingested {
+    pub woken: bool,
+}
+
+#[derive(Debug)]
+pub struct Registry<C> {
+    watchers: Slab<Watcher<C>>,
+    fds: Vec<Option<FdEntry>>,
+    next_generation: u32,
+    referenced: usize,
+    ready: Vec<(Key, Interest)>,
+    cursor: usize,
+}
+
+impl<C> Default for Registry<C> {
+    fn default() -> Self {
+        Registry {
+            watchers: Slab::default(),
+            fds: Vec::new(),
+            next_generation: 0,
+            referenced: 0,
+            ready: Vec::new(),
+            cursor: 0,
+        }
+    }
+}
+
+impl<C: Clone> Registry<C> {
+    pub fn add(
+        &mut self,
+        backend: &mut Backend,
+        fd: RawFd,
+        interest: Interest,
+        oneshot: bool,
+        callback: C,
+    ) -> io::Result<Key> {
+        if fd < 0 {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        let slot = fd as usize;
+        if self.fds.len() <= slot {
+            self.fds.resize_with(slot + 1, || None);
+        }
+        let generation = self.next_generation;
+        match &mut self.fds[slot] {
+            None => {
+                let entry = FdEntry {
+                    generation,
+                    kernel: interest,
+                    watchers: Vec::new(),
+                };
+                backend.register(fd, entry.token(fd), interest)?;
+                self.next_generation = generation.wrapping_add(1);
+                self.fds[slot] = Some(entry);
+            }
+            Some(entry) if entry.watchers.is_empty() => {
+                // Nobody watched this fd since its last watcher left: it may have been
+                // closed and its number reused, so re-sync under a fresh generation.
+                let old = entry.generation;
+                entry.generation = generation;
+                if let Err(e) = backend.reregister(fd, entry.token(fd), interest) {
+                    entry.generation = old;
+                    self.forget(backend, fd);
+                    return Err(e);
+                }
+                self.next_generation = generation.wrapping_add(1);
+                entry.kernel = interest;
+            }
+            Some(entry) => {
+                let wanted = entry.kernel | interest;
+                if wanted != entry.kernel {
+                    backend.reregister(fd, entry.token(fd), wanted)?;
+                    entry.kernel = wanted;
+                }
+            }
+        }
+        let key = self.watchers.insert(Watcher {
+            fd,
+            interest,
+            oneshot,
+            referenced: true,
+            callback,
+        });
+        self.referenced += 1;
+        self.entry_mut(fd).watchers.push(key);
+        Ok(key)
+    }
+
+    /// Removes a watcher; `None` if it was already gone. Costs no syscall.
+    pub fn remove(&mut self, key: Key) -> Option<C> {
+        let watcher = self.watchers.remove(key)?;
+        if watcher.referenced {
+            self.referenced -= 1;
+        }
+        let list = &mut self.entry_mut(watcher.fd).watchers;
+        if let Some(i) = list.iter().position(|k| *k == key) {
+            list.swap_remove(i);
+        }
+        Some(watcher.callback)
+    }
+
+    pub fn is_active(&self, key: Key) -> bool {
+        self.watchers.get(key).is_some()
+    }
+
+    pub fn set_ref(&mut self, key: Key, referenced: bool) {
+        if let Some(w) = self.watchers.get_mut(key) {
+            if w.referenced != referenced {
+                w.referenced = referenced;
+                if referenced {
+                    self.referenced += 1;
+                } else {
+                    self.referenced -= 1;
+                }
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.watchers.len()
+    }
+
+    pub fn referenced(&self) -> usize {
+        self.referenced
+    }
+
+    pub fn callbacks(&self) -> impl Iterator<Item = &C> {
+        self.watchers.values().map(|w| &w.callback)
+    }
+
+    /// Turns kernel events into a ready list of (watcher, interest) and trims
+    /// kernel interest nobody wants any more.
+    pub fn ingest(&mut self, backend: &mut Backend, events: &[Event]) -> Ingested {
+        self.ready.clear();
+        self.cursor = 0;
+        let mut ingested = Ingested::default();
+        for event in events {
+            if event.token == WAKER_TOKEN {
+                ingested.woken = true;
+                continue;
+            }
+            let fd = (event.token & 0xFFFF_FFFF) as u32 as RawFd;
+            let generation = (event.token >> 32) as u32;
+            let Some(Some(entry)) = self.fds.get_mut(fd as usize) else {
+                continue;
+            };
+            if entry.generation != generation {
+                continue;
+            }
+            let mut wanted = Interest::NONE;
+            for &key in &entry.watchers {
+                let watcher = self
+                    .watchers
+                    .get(key)
+                    .expect("fd entry lists live watchers");
+                wanted = wanted | watcher.interest;
+                let hit = if event.failed {
+                    watcher.interest
+                } else {
+                    watcher.interest & event.ready
+                };
+                if !hit.is_empty() {
+                    self.ready.push((key, hit));
+                }
+            }
+            if wanted.is_empty() {
+                self.forget(backend, fd);
+            } else if entry.kernel != wanted && !(event.ready & Interest::BOTH).is_empty() {
+                let unwanted = event.ready.bits() & !wanted.bits();
+                if unwanted != 0 && backend.reregister(fd, entry.token(fd), wanted).is_ok() {
+                    entry.kernel = wanted;
+                }
+            }
+        }
+        ingested
+    }
+
+    /// The next watcher to call in this I/O phase. Watchers removed since the
+    /// events were ingested are skipped; a one-shot watcher is removed first.
+    pub fn next_ready(&mut self) -> Option<(C, Interest)> {
+        while let Some(&(key, hit)) = self.ready.get(self.cursor) {
+            self.cursor += 1;
+            let Some(watcher) = self.watchers.get(key) else {
+                continue;
+            };
+            let hit = hit & watcher.interest;
+            if hit.is_empty() {
+                continue;
+            }
+            let callback = watcher.callback.clone();
+            if watcher.oneshot {
+                self.remove(key);
+            }
+            return Some((callback, hit));
+        }
+        None
+    }
+
+    pub fn clear(&mut self) {
+        self.watchers.clear();
+        self.fds.clear();
+        self.ready.clear();
+        self.cursor = 0;
+        self.referenced = 0;
+    }
+
+    fn entry_mut(&mut self, fd: RawFd) -> &mut FdEntry {
+        self.fds[fd as usize]
+            .as_mut()
+            .expect("watched fd has an entry")
+    }
+
+    fn forget(&mut self, backend: &mut Backend, fd: RawFd) {
+        let _ = backend.deregister(fd);
+        self.fds[fd as usize] = None;
+    }
+}

@@ -1,0 +1,153 @@
+//! The part of a loop other threads may touch: the `post` queue and the
+//! waker. Wake-ups coalesce: the waker is written only while the loop is
+//! blocked (or about to block) and no wake is already pending.
+
+use crate::sys::Waker;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Mutex;
+
+#[derive(Debug)]
+pub struct Wake {
+    sleeping: AtomicBool,
+    woken: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Wake {
+    fn new() -> io::Result<Wake> {
+        Ok(Wake {
+            sleeping: AtomicBool::new(false),
+            woken: AtomicBool::new(false),
+            waker: Mutex::new(Some(Waker::new()?)),
+        })
+    }
+
+    /// Wakes the loop if it sleeps; a no-op once the loop is closed.
+    pub fn wake(&self) {
+        if self.sleeping.load(SeqCst) && !self.woken.swap(true, SeqCst) {
+            self.force();
+        }
+    }
+
+    /// Writes the waker unconditionally (the GVL unblock function uses this).
+    pub fn force(&self) {
+        self.woken.store(true, SeqCst);
+        if let Some(waker) = lock(&self.waker).as_ref() {
+            waker.wake();
+        }
+    }
+
+    pub(crate) fn fd(&self) -> Option<std::os::unix::io::RawFd> {
+        lock(&self.waker).as_ref().map(Waker::fd)
+    }
+
+    /// Consumes a pending wake (the waker's fd reported readable, or the
+    /// loop was woken while it blocked).
+    pub(crate) fn drain(&self) {
+        self.woken.store(false, SeqCst);
+        if let Some(waker) = lock(&self.waker).as_ref() {
+            waker.drain();
+        }
+    }
+
+    fn close(&self) {
+        self.sleeping.store(false, SeqCst);
+        lock(&self.waker).take();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[derive(Debug)]
+pub struct Shared<C> {
+    pub wake: Wake,
+    posts: Mutex<Vec<C>>,
+    has_posts: AtomicBool,
+    closed: AtomicBool,
+}
+
+/// `post` on a closed loop: the callback is handed back, not lost.
+#[derive(Debug)]
+pub struct Closed<C>(pub C);
+
+impl<C> Shared<C> {
+    pub fn new() -> io::Result<Shared<C>> {
+        Ok(Shared {
+            wake: Wake::new()?,
+            posts: Mutex::new(Vec::new()),
+            has_posts: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    pub fn post(&self, callback: C) -> Result<(), Closed<C>> {
+        {
+            let mut posts = lock(&self.posts);
+            if self.closed.load(SeqCst) {
+                return Err(Closed(callback));
+            }
+            posts.push(callback);
+            self.has_posts.store(true, SeqCst);
+        }
+        self.wake.wake();
+        Ok(())
+    }
+
+    pub fn has_posts(&self) -> bool {
+        self.has_posts.load(SeqCst)
+    }
+
+    /// Moves posted callbacks, in order, to the end of `queue`.
+    pub fn take_posts(&self, queue: &mut impl Extend<C>) {
+        if self.has_posts() {
+            let mut posts = lock(&self.posts);
+            self.has_posts.store(false, SeqCst);
+            queue.extend(posts.drain(..));
+        }
+    }
+
+    /// Marks the loop as about to block; `false` if work was posted meanwhile
+    /// (the caller must not block then).
+    pub fn prepare_block(&self) -> bool {
+        self.wake.sleeping.store(true, SeqCst);
+        if self.has_posts() {
+            self.wake.sleeping.store(false, SeqCst);
+            return false;
+        }
+        true
+    }
+
+    pub fn after_block(&self) {
+        self.wake.sleeping.store(false, SeqCst);
+        if self.wake.woken.load(SeqCst) {
+            self.wake.drain();
+        }
+    }
+
+    pub fn posts_len(&self) -> usize {
+        lock(&self.posts).len()
+    }
+
+    pub fn for_each_post(&self, mut f: impl FnMut(&C)) {
+        lock(&self.posts).iter().for_each(&mut f);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(SeqCst)
+    }
+
+    pub fn close(&self) {
+        {
+            let mut posts = lock(&self.posts);
+            self.closed.store(true, SeqCst);
+            posts.clear();
+            self.has_posts.store(false, SeqCst);
+        }
+        self.wake.close();
+    }
+}

@@ -1,0 +1,361 @@
+//! Loop contract tests on real pipes, run once per backend.
+
+use super::*;
+use crate::sys::BackendKind;
+use std::rc::Rc;
+
+type Log = Rc<RefCell<Vec<String>>>;
+#[derive(Clone)]
+struct Cb(Rc<dyn Fn(&TestLoop, Fire)>);
+type TestLoop = Loop<Cb>;
+
+struct Calls<'a>(&'a TestLoop);
+
+impl Driver<Cb> for Calls<'_> {
+    type Error = String;
+    fn invoke(&mut self, callback: Cb, fire: Fire) -> Result<(), String> {
+        (callback.0)(self.0, fire);
+        Ok(())
+    }
+}
+
+fn cb(f: impl Fn(&TestLoop, Fire) + 'static) -> Cb {
+    Cb(Rc::new(f))
+}
+
+fn logger(log: &Log, what: &str) -> Cb {
+    let (log, what) = (log.clone(), what.to_string());
+    cb(move |_, _| log.borrow_mut().push(what.clone()))
+}
+
+fn pipe() -> (RawFd, RawFd) {
+    let mut fds = [0; 2];
+    // SAFETY: test helper; `fds` has room for two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    (fds[0], fds[1])
+}
+
+fn write_byte(fd: RawFd) {
+    // SAFETY: test helper writing one byte from a live buffer.
+    assert_eq!(
+        unsafe { libc::write(fd, b"x".as_ptr() as *const libc::c_void, 1) },
+        1
+    );
+}
+
+fn close(fd: RawFd) {
+    // SAFETY: test helper closing a descriptor it owns.
+    unsafe { libc::close(fd) };
+}
+
+fn each_backend(test: impl Fn(BackendKind)) {
+    for &kind in BackendKind::available() {
+        test(kind);
+    }
+}
+
+fn once(lp: &TestLoop) {
+    lp.run(RunMode::NoWait, &mut Calls(lp)).unwrap();
+}
+
+#[test]
+fn phases_run_in_order() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let log: Log = Default::default();
+        let (r, w) = pipe();
+        write_byte(w);
+        lp.defer(logger(&log, "deferred"));
+        lp.add_timer(Duration::ZERO, None, logger(&log, "timer"));
+        lp.add_watcher(r, Interest::READ, true, logger(&log, "io"))
+            .unwrap();
+        lp.next_tick(logger(&log, "immediate"));
+        std::thread::sleep(Duration::from_millis(2));
+        once(&lp);
+        assert_eq!(
+            *log.borrow(),
+            ["immediate", "io", "timer", "deferred"],
+            "{kind:?}"
+        );
+        close(r);
+        close(w);
+    });
+}
+
+#[test]
+fn immediates_queued_by_immediates_wait_an_iteration() {
+    let lp: TestLoop = Loop::new(BackendKind::Poll).unwrap();
+    let count = Rc::new(Cell::new(0));
+    fn requeue(count: Rc<Cell<u32>>) -> Cb {
+        cb(move |lp, _| {
+            count.set(count.get() + 1);
+            lp.next_tick(requeue(count.clone()));
+        })
+    }
+    lp.next_tick(requeue(count.clone()));
+    once(&lp);
+    assert_eq!(count.get(), 1);
+    once(&lp);
+    assert_eq!(count.get(), 2);
+}
+
+#[test]
+fn stale_events_never_reach_a_removed_watcher_or_a_reused_fd() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let log: Log = Default::default();
+        let (r1, w1) = pipe();
+        let (r2, w2) = pipe();
+        write_byte(w1);
+        write_byte(w2);
+        let victim = Rc::new(Cell::new(None));
+        let replacement = Rc::new(Cell::new(None::<(RawFd, RawFd)>));
+        // Whichever watcher runs first closes the other pipe, reopens a pipe on
+        // the freed number and watches it: the old event must be dropped.
+        let keys: Rc<RefCell<Vec<(Key, RawFd)>>> = Default::default();
+        for (fd, name) in [(r1, "first"), (r2, "second")] {
+            let (log, keys2, victim, replacement) = (
+                log.clone(),
+                keys.clone(),
+                victim.clone(),
+                replacement.clone(),
+            );
+            let key = lp
+                .add_watcher(
+                    fd,
+                    Interest::READ,
+                    false,
+                    cb(move |lp, _| {
+                        log.borrow_mut().push(name.to_string());
+                        if victim.get().is_some() {
+                            return;
+                        }
+                        let (other_key, other_fd) =
+                            *keys2.borrow().iter().find(|(_, f)| *f != fd).unwrap();
+                        victim.set(Some(other_fd));
+                        lp.cancel_watcher(other_key);
+                        close(other_fd);
+                        let (nr, nw) = pipe();
+                        assert_eq!(nr, other_fd, "the fd number is reused");
+                        replacement.set(Some((nr, nw)));
+                        lp.add_watcher(nr, Interest::READ, false, logger(&log, "new"))
+                            .unwrap();
+                    }),
+                )
+                .unwrap();
+            keys.borrow_mut().push((key, fd));
+        }
+        once(&lp);
+        assert_eq!(log.borrow().len(), 1, "{kind:?}: {:?}", log.borrow());
+        once(&lp);
+        assert_eq!(
+            log.borrow().len(),
+            2,
+            "{kind:?}: only the first watcher again: {:?}",
+            log.borrow()
+        );
+        let (nr, nw) = replacement.get().unwrap();
+        write_byte(nw);
+        once(&lp);
+        assert!(
+            log.borrow().contains(&"new".to_string()),
+            "{kind:?}: new watcher fires"
+        );
+        for fd in [r1, r2, w1, w2, nr, nw] {
+            if Some(fd) != victim.get() {
+                close(fd);
+            }
+        }
+    });
+}
+
+#[test]
+fn watchers_share_one_fd_and_oneshot_is_removed_first() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let log: Log = Default::default();
+        let (r, w) = pipe();
+        write_byte(w);
+        lp.add_watcher(r, Interest::READ, false, logger(&log, "a"))
+            .unwrap();
+        let oneshot_key = Rc::new(Cell::new(None));
+        let (log2, k2) = (log.clone(), oneshot_key.clone());
+        let key = lp
+            .add_watcher(
+                r,
+                Interest::READ,
+                true,
+                cb(move |lp, _| {
+                    let active = lp.watcher_active(k2.get().unwrap());
+                    log2.borrow_mut().push(format!("b active={active}"));
+                }),
+            )
+            .unwrap();
+        oneshot_key.set(Some(key));
+        let wkey = lp
+            .add_watcher(w, Interest::WRITE, false, logger(&log, "w"))
+            .unwrap();
+        once(&lp);
+        once(&lp);
+        let log = log.borrow();
+        assert_eq!(
+            log.iter().filter(|l| *l == "a").count(),
+            2,
+            "{kind:?} {log:?}"
+        );
+        assert_eq!(log.iter().filter(|l| l.starts_with('b')).count(), 1);
+        assert!(log.contains(&"b active=false".to_string()));
+        assert!(log.contains(&"w".to_string()));
+        assert!(lp.cancel_watcher(wkey));
+        assert!(!lp.cancel_watcher(wkey), "cancel is idempotent");
+        close(r);
+        close(w);
+    });
+}
+
+#[test]
+fn deferred_runs_last_and_defers_from_defer_wait() {
+    let lp: TestLoop = Loop::new(BackendKind::Poll).unwrap();
+    let log: Log = Default::default();
+    let log2 = log.clone();
+    lp.defer(cb(move |lp, _| {
+        log2.borrow_mut().push("d1".into());
+        lp.defer(logger(&log2, "d2"));
+    }));
+    once(&lp);
+    assert_eq!(*log.borrow(), ["d1"]);
+    once(&lp);
+    assert_eq!(*log.borrow(), ["d1", "d2"]);
+}
+
+#[test]
+fn unref_lets_run_return_and_stop_ends_run() {
+    let lp: TestLoop = Loop::new(BackendKind::Poll).unwrap();
+    let key = lp.add_timer(Duration::from_secs(60), None, cb(|_, _| {}));
+    assert!(lp.alive());
+    lp.timer_set_ref(key, false);
+    assert!(!lp.alive());
+    let started = Instant::now();
+    lp.run(RunMode::Default, &mut Calls(&lp)).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+
+    let ticks = Rc::new(Cell::new(0));
+    let t = ticks.clone();
+    lp.add_timer(
+        Duration::ZERO,
+        Some(Duration::from_millis(1)),
+        cb(move |lp, _| {
+            t.set(t.get() + 1);
+            if t.get() == 3 {
+                lp.stop();
+            }
+        }),
+    );
+    lp.run(RunMode::Default, &mut Calls(&lp)).unwrap();
+    assert_eq!(ticks.get(), 3);
+}
+
+#[test]
+fn post_from_another_thread_wakes_a_blocked_loop() {
+    each_backend(|kind| {
+        let lp: Loop<u32> = Loop::new(kind).unwrap();
+        let shared = lp.shared().clone();
+        lp.add_timer(Duration::from_secs(30), None, 0);
+        struct Stopper<'a>(&'a Loop<u32>, Vec<u32>);
+        impl Driver<u32> for Stopper<'_> {
+            type Error = ();
+            fn invoke(&mut self, c: u32, _: Fire) -> Result<(), ()> {
+                self.1.push(c);
+                if c == 99 {
+                    self.0.stop();
+                }
+                Ok(())
+            }
+        }
+        let poster = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            for i in 1..=99 {
+                shared.post(i).unwrap();
+            }
+        });
+        let started = Instant::now();
+        let mut driver = Stopper(&lp, Vec::new());
+        lp.run(RunMode::Default, &mut driver).unwrap();
+        poster.join().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(driver.1, (1..=99).collect::<Vec<_>>(), "{kind:?}");
+        lp.close();
+        assert!(lp.shared().post(1).is_err());
+    });
+}
+
+#[test]
+fn callback_errors_propagate_and_lose_nothing() {
+    let lp: Loop<u32> = Loop::new(BackendKind::Poll).unwrap();
+    struct Failing(Vec<u32>);
+    impl Driver<u32> for Failing {
+        type Error = u32;
+        fn invoke(&mut self, c: u32, _: Fire) -> Result<(), u32> {
+            if c == 1 && !self.0.contains(&1) {
+                self.0.push(1);
+                return Err(1);
+            }
+            self.0.push(c);
+            Ok(())
+        }
+    }
+    lp.next_tick(1);
+    lp.next_tick(2);
+    let mut driver = Failing(Vec::new());
+    assert!(matches!(
+        lp.run(RunMode::NoWait, &mut driver),
+        Err(RunError::Callback(1))
+    ));
+    assert!(!lp.is_running());
+    lp.run(RunMode::NoWait, &mut driver).unwrap();
+    assert_eq!(driver.0, [1, 2]);
+}
+
+#[test]
+fn reentering_run_is_refused() {
+    let lp: TestLoop = Loop::new(BackendKind::Poll).unwrap();
+    let seen = Rc::new(Cell::new(false));
+    let s = seen.clone();
+    lp.next_tick(cb(move |lp, _| {
+        s.set(matches!(
+            lp.run(RunMode::NoWait, &mut Calls(lp)),
+            Err(RunError::Reentered)
+        ));
+    }));
+    once(&lp);
+    assert!(seen.get());
+}
+
+#[test]
+fn bad_fds_fail_at_the_call() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let err = lp
+            .add_watcher(9999, Interest::READ, false, cb(|_, _| {}))
+            .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF), "{kind:?}");
+        assert_eq!(lp.stats().watchers, 0);
+    });
+}
+
+#[test]
+fn timer_again_and_cancel() {
+    let lp: TestLoop = Loop::new(BackendKind::Poll).unwrap();
+    let log: Log = Default::default();
+    let key = lp.add_timer(Duration::from_secs(60), None, logger(&log, "t"));
+    assert!(lp.timer_again(key, Duration::ZERO));
+    lp.run(RunMode::Default, &mut Calls(&lp)).unwrap();
+    assert_eq!(*log.borrow(), ["t"]);
+    assert!(!lp.timer_active(key));
+    assert!(!lp.timer_again(key, Duration::ZERO));
+    let key = lp.add_timer(Duration::ZERO, None, logger(&log, "never"));
+    assert!(lp.cancel_timer(key));
+    assert!(!lp.cancel_timer(key));
+    lp.run(RunMode::Default, &mut Calls(&lp)).unwrap();
+    assert_eq!(*log.borrow(), ["t"]);
+}

@@ -1,0 +1,69 @@
+//! Argument conversions shared by the Ruby classes: durations in seconds and
+//! event bits, each rejecting bad input with an error that names the argument.
+
+use super::errors;
+use crate::sys::Interest;
+use magnus::{prelude::*, Error, Float, Integer, Ruby, Value};
+use std::time::Duration;
+
+pub const READ: i64 = 1;
+pub const WRITE: i64 = 2;
+pub const ONESHOT: i64 = 4;
+
+/// Seconds (Integer, Float, Rational or any Numeric) as a Duration.
+pub fn seconds(ruby: &Ruby, value: Value, name: &str) -> Result<Duration, Error> {
+    let secs = if let Some(i) = Integer::from_value(value) {
+        match i.to_i64() {
+            Ok(i) => i as f64,
+            Err(_) => value.funcall::<_, _, f64>("to_f", ())?,
+        }
+    } else if let Some(f) = Float::from_value(value) {
+        f.to_f64()
+    } else if value.is_kind_of(ruby.class_numeric()) {
+        value.funcall::<_, _, f64>("to_f", ())?
+    } else {
+        return Err(errors::type_error(
+            ruby,
+            format!(
+                "{name} must be a Numeric number of seconds (got {})",
+                errors::describe(value)
+            ),
+        ));
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(errors::argument(
+            ruby,
+            format!(
+                "{name} must be a finite, non-negative number of seconds (got {})",
+                errors::describe(value)
+            ),
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| {
+        errors::argument(
+            ruby,
+            format!("{name} is too large (got {})", errors::describe(value)),
+        )
+    })
+}
+
+/// `Evix::READ | Evix::WRITE | Evix::ONESHOT` bits as (interest, oneshot).
+pub fn events(ruby: &Ruby, value: Value) -> Result<(Interest, bool), Error> {
+    let Some(bits) = Integer::from_value(value) else {
+        return Err(errors::type_error(
+            ruby,
+            format!(
+                "events must be an Integer of Evix::READ/WRITE/ONESHOT bits (got {})",
+                errors::describe(value)
+            ),
+        ));
+    };
+    let bits = bits.to_i64().unwrap_or(-1);
+    if bits < 0 || bits & !(READ | WRITE | ONESHOT) != 0 || bits & (READ | WRITE) == 0 {
+        return Err(errors::argument(
+            ruby,
+            format!("events must combine Evix::READ, Evix::WRITE and Evix::ONESHOT and include READ or WRITE (got {bits})"),
+        ));
+    }
+    Ok((Interest::from_bits(bits as u8), bits & ONESHOT != 0))
+}

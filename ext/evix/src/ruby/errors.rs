@@ -1,0 +1,50 @@
+//! Error classes (defined in lib/evix.rb, looked up here) and the
+//! conversions from Rust errors to the exceptions DESIGN.md §5 names.
+
+use magnus::{prelude::*, value::Lazy, Error, ExceptionClass, RModule, Ruby};
+use std::io;
+
+static EVIX: Lazy<RModule> = Lazy::new(|ruby| ruby.define_module("Evix").expect("Evix module"));
+
+fn evix_class(ruby: &Ruby, name: &str) -> ExceptionClass {
+    ruby.get_inner(&EVIX)
+        .const_get(name)
+        .unwrap_or_else(|_| ruby.exception_runtime_error())
+}
+
+/// `Evix::Error`: misuse of a loop (wrong thread, after fork, re-entry).
+pub fn evix(ruby: &Ruby, msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
+    Error::new(evix_class(ruby, "Error"), msg)
+}
+
+/// `Evix::ClosedError`.
+pub fn closed(ruby: &Ruby, what: &str) -> Error {
+    Error::new(evix_class(ruby, "ClosedError"), format!("{what} is closed"))
+}
+
+pub fn argument(ruby: &Ruby, msg: String) -> Error {
+    Error::new(ruby.exception_arg_error(), msg)
+}
+
+pub fn type_error(ruby: &Ruby, msg: String) -> Error {
+    Error::new(ruby.exception_type_error(), msg)
+}
+
+/// An OS error as the matching `Errno::*` exception, with `context` in the message.
+pub fn os(ruby: &Ruby, err: io::Error, context: &str) -> Error {
+    match err.raw_os_error() {
+        Some(errno) => match ruby
+            .exception_system_call_error()
+            .new_instance((context.to_string(), errno))
+        {
+            Ok(exception) => exception.into(),
+            Err(e) => e,
+        },
+        None => evix(ruby, format!("{context}: {err}")),
+    }
+}
+
+/// `inspect` of a value for error messages.
+pub fn describe(value: magnus::Value) -> String {
+    value.inspect().chars().take(60).collect()
+}

@@ -1,0 +1,17 @@
+# frozen_string_literal: true
+
+require_relative "evix/version"
+
+# evix: an event loop with a Rust core and a fiber-based Ruby layer.
+module Evix
+  # Base class of every error evix raises itself.
+  class Error < StandardError; end
+
+  # Raised when a closed loop or IO is used.
+  class ClosedError < Error; end
+
+  # Raised when an operation does not finish within its timeout.
+  class TimeoutError < Error; end
+end
+
+require "evix/evix"
