@@ -5,8 +5,9 @@ use crate::sys::BackendKind;
 use std::rc::Rc;
 
 type Log = Rc<RefCell<Vec<String>>>;
+type Body = dyn Fn(&TestLoop, Fire);
 #[derive(Clone)]
-struct Cb(Rc<dyn Fn(&TestLoop, Fire)>);
+struct Cb(Rc<Body>);
 type TestLoop = Loop<Cb>;
 
 struct Calls<'a>(&'a TestLoop);

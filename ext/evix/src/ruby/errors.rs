@@ -48,3 +48,19 @@ pub fn os(ruby: &Ruby, err: io::Error, context: &str) -> Error {
 pub fn describe(value: magnus::Value) -> String {
     value.inspect().chars().take(60).collect()
 }
+
+/// Runs `f`, turning a Rust panic into `Evix::Error` so it never reaches Ruby
+/// as `fatal` (or worse, unwinds into C).
+pub fn guard<T>(ruby: &Ruby, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".into());
+        Err(evix(
+            ruby,
+            format!("internal error in evix (Rust panic: {msg})"),
+        ))
+    })
+}

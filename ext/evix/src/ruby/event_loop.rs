@@ -121,7 +121,9 @@ impl RbLoop {
             }
         };
         let block = required_block(ruby, "add_timer")?;
-        let key = core.add_timer(delay, interval, Callback::new(block));
+        let key = errors::guard(ruby, || {
+            Ok(core.add_timer(delay, interval, Callback::new(block)))
+        })?;
         Ok(ruby.obj_wrap(RbTimer::new(rb_self, key, block, delay, interval)))
     }
 
@@ -139,9 +141,10 @@ impl RbLoop {
             Some(io) => Callback::keeping(block, io),
             None => Callback::new(block),
         };
-        let key = core
-            .add_watcher(fd, interest, oneshot, callback)
-            .map_err(|e| errors::os(ruby, e, &format!("add_io(fd {fd})")))?;
+        let key = errors::guard(ruby, || {
+            core.add_watcher(fd, interest, oneshot, callback)
+                .map_err(|e| errors::os(ruby, e, &format!("add_io(fd {fd})")))
+        })?;
         let bits = i64::from(interest.bits()) | if oneshot { args::ONESHOT } else { 0 };
         Ok(ruby.obj_wrap(RbWatcher::new(rb_self, key, bits)))
     }
@@ -174,9 +177,11 @@ impl RbLoop {
                 ))
             }
         };
-        core.run(mode, &mut RubyDriver { ruby })
-            .map(drop)
-            .map_err(|e| run_error(ruby, e))
+        errors::guard(ruby, || {
+            core.run(mode, &mut RubyDriver { ruby })
+                .map(drop)
+                .map_err(|e| run_error(ruby, e))
+        })
     }
 
     fn run_once(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<bool, Error> {
@@ -186,8 +191,10 @@ impl RbLoop {
             None => None,
             Some(value) => Some(args::seconds(ruby, value, "timeout")?),
         };
-        core.run_once(timeout, &mut RubyDriver { ruby })
-            .map_err(|e| run_error(ruby, e))
+        errors::guard(ruby, || {
+            core.run_once(timeout, &mut RubyDriver { ruby })
+                .map_err(|e| run_error(ruby, e))
+        })
     }
 
     fn alive(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
@@ -210,8 +217,10 @@ impl RbLoop {
                 "cannot close a loop from inside its own run; call stop, then close",
             ));
         }
-        core.close();
-        Ok(())
+        errors::guard(ruby, || {
+            core.close();
+            Ok(())
+        })
     }
 
     fn is_closed(&self) -> bool {

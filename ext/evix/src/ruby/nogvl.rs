@@ -23,7 +23,7 @@ extern "C" fn unblock(data: *mut c_void) {
     // SAFETY: `data` points at the `&dyn Fn` that `without_gvl` keeps alive for
     // the whole call; Ruby calls this from another thread, hence `Sync`.
     let wake = unsafe { &*(data as *const &(dyn Fn() + Sync)) };
-    let _ = catch_unwind(AssertUnwindSafe(|| wake()));
+    let _ = catch_unwind(AssertUnwindSafe(wake));
 }
 
 /// Runs `func` without the GVL; `wake` makes it return early. A pending

@@ -47,8 +47,7 @@ impl RbTimer {
         }
     }
 
-    fn owner<'a>(&self, ruby: &'a Ruby) -> Obj<RbLoop> {
-        let _ = ruby;
+    fn owner(&self, ruby: &Ruby) -> Obj<RbLoop> {
         ruby.get_inner(self.owner)
     }
 
