@@ -15,3 +15,9 @@ module Evix
 end
 
 require "evix/evix"
+require_relative "evix/task"
+require_relative "evix/io"
+require_relative "evix/signals"
+require_relative "evix/loop"
+require_relative "evix/tcp_server"
+require_relative "evix/tcp_client"

@@ -1,0 +1,208 @@
+# frozen_string_literal: true
+
+module Evix
+  # A non-blocking IO driven by a loop, for code running in an Evix::Task.
+  # Every operation tries the system call first and waits (a one-shot
+  # watcher plus Fiber.yield) only when the kernel says it would block.
+  class IO
+    CHUNK = 16 * 1024
+
+    # @return [Numeric, nil] seconds each operation may wait (nil: no limit)
+    attr_accessor :timeout
+
+    # @return [::IO] the wrapped IO
+    attr_reader :io
+
+    # @return [Evix::Timer, nil] restarted on every read that gets data
+    attr_accessor :idle_timer
+
+    # @param loop [Evix::Loop]
+    # @param io [::IO] an open IO; it is switched to non-blocking mode
+    # @param timeout [Numeric, nil] default per-operation timeout in seconds
+    def initialize(loop, io, timeout: nil)
+      raise TypeError, "io must be an IO (got #{io.inspect})" unless io.respond_to?(:to_io)
+      raise ClosedError, "IO is closed" if io.to_io.closed?
+
+      @loop = loop
+      @io = io.to_io
+      @timeout = timeout
+      @buffer = String.new(encoding: Encoding::BINARY)
+      @waiters = {}
+      @eof = false
+    end
+
+    # Reads up to +maxlen+ bytes; nil at end of file.
+    # @return [String, nil]
+    def read(maxlen = CHUNK, timeout: @timeout)
+      return take(maxlen) unless @buffer.empty?
+
+      fill(maxlen, timeout) ? take(maxlen) : nil
+    end
+
+    # Reads exactly +length+ bytes; nil at end of file before the first byte,
+    # EOFError if the stream ends part way.
+    # @return [String, nil]
+    def read_exactly(length, timeout: @timeout)
+      while @buffer.bytesize < length
+        next if fill(CHUNK, timeout)
+        return nil if @buffer.empty?
+
+        raise EOFError, "end of file after #{@buffer.bytesize} of #{length} bytes"
+      end
+      take(length)
+    end
+
+    # Reads a line ending in +separator+ (at most +limit+ bytes); nil at end of file.
+    # @return [String, nil]
+    def gets(separator = $/, limit = nil, timeout: @timeout)
+      separator, limit = nil, separator if separator.is_a?(Integer)
+      loop do
+        line = line_from_buffer(separator, limit)
+        return line if line
+        next if fill(CHUNK, timeout)
+
+        return @buffer.empty? ? nil : take(@buffer.bytesize)
+      end
+    end
+
+    # Yields each line until end of file.
+    # @return [self]
+    def each_line(separator = $/, limit = nil, &block)
+      return enum_for(:each_line, separator, limit) unless block
+
+      while (line = gets(separator, limit))
+        yield line
+      end
+      self
+    end
+
+    # Writes all of +data+, waiting whenever the kernel buffer is full.
+    # @return [Integer] bytes written
+    def write(data, timeout: @timeout)
+      data = data.to_s.b
+      total = data.bytesize
+      until data.empty?
+        written = @io.write_nonblock(data, exception: false)
+        if written == :wait_writable
+          wait(WRITE, timeout)
+        else
+          data = data.byteslice(written, data.bytesize - written)
+        end
+      end
+      total
+    rescue ::IOError
+      raise ClosedError, "IO is closed" if @io.closed?
+
+      raise
+    end
+
+    # Waits until the IO is readable. @return [true]
+    def wait_readable(timeout: @timeout)
+      wait(READ, timeout)
+    end
+
+    # Waits until the IO is writable. @return [true]
+    def wait_writable(timeout: @timeout)
+      wait(WRITE, timeout)
+    end
+
+    # Makes reads return what is buffered and then nil, without closing;
+    # fibers waiting to read see end of file now. Writes still work.
+    # @return [nil]
+    def close_read
+      @eof = true
+      wake_waiters(READ, :eof)
+      nil
+    end
+
+    # Closes the IO; fibers waiting on it raise Evix::ClosedError. Idempotent.
+    # @return [nil]
+    def close
+      return if @io.closed?
+
+      wake_waiters(READ | WRITE, :closed)
+      @idle_timer&.cancel
+      @io.close
+      nil
+    end
+
+    # @return [Boolean]
+    def closed?
+      @io.closed?
+    end
+
+    # @return [Integer]
+    def fileno
+      @io.fileno
+    end
+
+    private
+
+    # Reads more into the buffer; false at end of file.
+    def fill(maxlen, timeout)
+      loop do
+        return false if @eof
+        raise ClosedError, "IO is closed" if @io.closed?
+
+        chunk = @io.read_nonblock(maxlen, exception: false)
+        case chunk
+        when :wait_readable then wait(READ, timeout)
+        when nil then return false
+        else
+          @buffer << chunk
+          @idle_timer&.again
+          return true
+        end
+      end
+    rescue Errno::ECONNRESET
+      false
+    end
+
+    def take(length)
+      @buffer.slice!(0, length)
+    end
+
+    def line_from_buffer(separator, limit)
+      index = separator && @buffer.index(separator)
+      return take(index + separator.bytesize) if index && (limit.nil? || index + separator.bytesize <= limit)
+      return take(limit) if limit && @buffer.bytesize >= limit
+
+      nil
+    end
+
+    def wait(events, timeout)
+      task = Task.current
+      raise Error, "Evix::IO must be used inside a task (Evix::Loop#spawn)" unless task
+      raise ClosedError, "IO is closed" if @io.closed?
+      return true if events == READ && @eof
+
+      fiber = Fiber.current
+      watcher = @loop.add_io(@io, events | ONESHOT) { fiber.resume(:ready) }
+      timer = timeout && @loop.add_timer(timeout) { fiber.resume(:timeout) }
+      @waiters[fiber] = [events, watcher, timer]
+      finish_wait(Fiber.yield, timeout)
+    ensure
+      @waiters.delete(fiber) if fiber
+      watcher&.cancel
+      timer&.cancel
+    end
+
+    def finish_wait(outcome, timeout)
+      case outcome
+      when :timeout then raise TimeoutError, "IO operation timed out after #{timeout}s"
+      when :closed then raise ClosedError, "IO was closed while waiting"
+      else true
+      end
+    end
+
+    def wake_waiters(events, outcome)
+      @waiters.each do |fiber, (waited, watcher, timer)|
+        next if (waited & events).zero?
+
+        watcher.cancel
+        timer&.cancel
+        @loop.next_tick { fiber.resume(outcome) if fiber.alive? && @waiters.key?(fiber) }
+      end
+    end
+  end
+end

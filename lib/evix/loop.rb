@@ -1,0 +1,66 @@
+# frozen_string_literal: true
+
+module Evix
+  # Ruby-side additions to the Rust-defined Evix::Loop: fibers, IO wrappers
+  # and signals.
+  class Loop
+    # Runs the block in a new fiber driven by this loop.
+    # @return [Evix::Task]
+    def spawn(&block)
+      raise ArgumentError, "spawn requires a block" unless block
+
+      Task.new(self, &block)
+    end
+
+    # Wraps an IO for fiber-friendly, non-blocking use inside tasks.
+    # @return [Evix::IO]
+    def wrap(io, timeout: nil)
+      Evix::IO.new(self, io, timeout: timeout)
+    end
+
+    # Suspends the calling task for +seconds+.
+    # @return [nil]
+    def sleep(seconds)
+      fiber = Fiber.current
+      raise Error, "Evix::Loop#sleep must be called inside a task" unless Task.current
+
+      timer = add_timer(seconds) { fiber.resume }
+      Fiber.yield
+      nil
+    ensure
+      timer&.cancel
+    end
+
+    # Runs the block on this loop whenever +signal+ arrives.
+    # @return [Integer] the signal number
+    def add_signal(signal, &block)
+      raise ClosedError, "loop is closed" if closed?
+
+      (@signals ||= Signals.new(self)).add(signal, &block)
+    end
+
+    # Stops handling +signal+ and restores the previous handler.
+    # @return [Boolean] whether a handler was removed
+    def remove_signal(signal)
+      return false unless @signals
+
+      removed = @signals.remove(signal)
+      if @signals.empty?
+        @signals.close
+        @signals = nil
+      end
+      removed
+    end
+
+    # Restores signal handlers, then closes the loop. See the native #close.
+    module Closing
+      # @return [nil]
+      def close
+        super
+        @signals&.close
+        @signals = nil
+      end
+    end
+    prepend Closing
+  end
+end

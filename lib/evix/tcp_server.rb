@@ -1,0 +1,171 @@
+# frozen_string_literal: true
+
+require "socket"
+
+module Evix
+  # A TCP server running one task per connection. The block receives each
+  # connection as an Evix::IO; the connection is closed when the block ends.
+  class TCPServer
+    # Seconds to wait before accepting again after EMFILE/ENFILE.
+    ACCEPT_BACKOFF = 0.05
+
+    # @return [Integer] connections currently open
+    attr_reader :connections
+
+    # @param loop [Evix::Loop]
+    # @param host [String] address to bind ("127.0.0.1", "::1", "0.0.0.0", …)
+    # @param port [Integer] port (0 picks a free one, see #port)
+    # @param backlog [Integer] listen(2) backlog
+    # @param reuse_port [Boolean] set SO_REUSEPORT (one listener per process)
+    # @param idle_timeout [Numeric, nil] close connections with no input for this long
+    def initialize(loop, host, port, backlog: 1024, reuse_port: false, idle_timeout: nil, &handler)
+      raise ArgumentError, "Evix::TCPServer.new requires a block" unless handler
+
+      @loop = loop
+      @handler = handler
+      @idle_timeout = idle_timeout
+      @clients = {}
+      @connections = 0
+      @on_error = method(:report)
+      @listener = listen(host, port, backlog, reuse_port)
+      @watcher = loop.add_io(@listener, READ) { accept_all }
+    end
+
+    # @return [Integer] the bound port
+    def port
+      @listener.local_address.ip_port
+    end
+
+    # @return [Addrinfo] the bound address
+    def local_address
+      @listener.local_address
+    end
+
+    # Sets the handler for a connection's exception (default: one line on $stderr).
+    # @return [self]
+    def on_error(&block)
+      raise ArgumentError, "on_error requires a block" unless block
+
+      @on_error = block
+      self
+    end
+
+    # Stops accepting; open connections go on. Idempotent.
+    # @return [nil]
+    def close
+      return if @listener.closed?
+
+      @watcher.cancel
+      @backoff&.cancel
+      @listener.close
+      nil
+    end
+
+    # @return [Boolean] whether the server stopped accepting
+    def closed?
+      @listener.closed?
+    end
+
+    # Drains: stops accepting, lets connections finish what they are writing
+    # (their reads see end of file), and force-closes what is left at the
+    # deadline. Inside a task the calling fiber waits; outside, the loop runs.
+    # @return [Integer] how many connections had to be forced
+    def shutdown(timeout: 5)
+      close
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      @clients.each_key(&:close_read)
+      until @clients.empty?
+        remaining = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        break if remaining <= 0
+
+        wait_for_clients(remaining)
+      end
+      forced = @clients.size
+      @clients.keys.each(&:close)
+      forced
+    end
+
+    private
+
+    def listen(host, port, backlog, reuse_port)
+      address = Addrinfo.tcp(host, port)
+      socket = Socket.new(address.afamily, :STREAM)
+      socket.setsockopt(:SOCKET, :REUSEADDR, true)
+      socket.setsockopt(:SOCKET, :REUSEPORT, true) if reuse_port
+      socket.setsockopt(:IPV6, :V6ONLY, true) if address.ipv6?
+      socket.bind(address)
+      socket.listen(backlog)
+      socket
+    rescue StandardError
+      socket&.close
+      raise
+    end
+
+    def accept_all
+      loop do
+        socket, = @listener.accept_nonblock(exception: false)
+        return if socket == :wait_readable || socket.nil?
+
+        start(socket)
+      end
+    rescue Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM => e
+      back_off(e)
+    rescue Errno::ECONNABORTED, Errno::EPROTO
+      retry
+    rescue ::IOError
+      nil # closed by #close from a callback of this iteration
+    end
+
+    # Out of descriptors: stop watching the listener (level-triggered, it
+    # would spin) and try again a little later.
+    def back_off(error)
+      @watcher.cancel
+      warn "evix: accept failed (#{error.message}); retrying in #{ACCEPT_BACKOFF}s" unless @warned
+      @warned = true
+      @backoff = @loop.add_timer(ACCEPT_BACKOFF) do
+        @backoff = nil
+        next if @listener.closed?
+
+        @watcher = @loop.add_io(@listener, READ) { accept_all }
+        accept_all
+      end
+    end
+
+    def start(socket)
+      socket.setsockopt(:TCP, :NODELAY, true) if socket.local_address.ip?
+      client = Evix::IO.new(@loop, socket)
+      @clients[client] = @loop.spawn { serve(client) }
+      @connections += 1
+    end
+
+    def serve(client)
+      idle = watch_idle(client)
+      @handler.call(client)
+    rescue ClosedError, Errno::EPIPE, Errno::ECONNRESET => e
+      @on_error.call(e, client) unless client.closed? || e.is_a?(ClosedError)
+    rescue StandardError => e
+      @on_error.call(e, client)
+    ensure
+      idle&.cancel
+      client.close
+      @clients.delete(client)
+      @connections -= 1
+    end
+
+    def watch_idle(client)
+      return unless @idle_timeout
+
+      client.idle_timer = @loop.add_timer(@idle_timeout) { client.close }
+    end
+
+    # Polls: connections end in their own fibers, at their own pace.
+    def wait_for_clients(remaining)
+      pause = [remaining, 0.01].min
+      Task.current ? @loop.sleep(pause) : @loop.run_once(pause)
+    end
+
+    def report(error, _client)
+      warn "evix: connection error: #{error.class}: #{error.message}"
+    end
+  end
+end
