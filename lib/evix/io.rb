@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "English"
+
 module Evix
   # A non-blocking IO driven by a loop, for code running in an Evix::Task.
   # Every operation tries the system call first and waits (a one-shot
@@ -54,8 +56,11 @@ module Evix
 
     # Reads a line ending in +separator+ (at most +limit+ bytes); nil at end of file.
     # @return [String, nil]
-    def gets(separator = $/, limit = nil, timeout: @timeout)
-      separator, limit = nil, separator if separator.is_a?(Integer)
+    def gets(separator = $INPUT_RECORD_SEPARATOR, limit = nil, timeout: @timeout)
+      if separator.is_a?(Integer)
+        limit = separator
+        separator = nil
+      end
       loop do
         line = line_from_buffer(separator, limit)
         return line if line
@@ -67,7 +72,7 @@ module Evix
 
     # Yields each line until end of file.
     # @return [self]
-    def each_line(separator = $/, limit = nil, &block)
+    def each_line(separator = $INPUT_RECORD_SEPARATOR, limit = nil, &block)
       return enum_for(:each_line, separator, limit) unless block
 
       while (line = gets(separator, limit))

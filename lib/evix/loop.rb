@@ -33,10 +33,10 @@ module Evix
 
     # Runs the block on this loop whenever +signal+ arrives.
     # @return [Integer] the signal number
-    def add_signal(signal, &block)
+    def add_signal(signal, &)
       raise ClosedError, "loop is closed" if closed?
 
-      (@signals ||= Signals.new(self)).add(signal, &block)
+      (@signals ||= Signals.new(self)).add(signal, &)
     end
 
     # Stops handling +signal+ and restores the previous handler.

@@ -44,7 +44,7 @@ module Evix
 
     # Restores every handler and closes the pipe.
     def close
-      @handlers.keys.each { |signo| remove(signo) }
+      @handlers.keys.each { |signo| remove(signo) } # rubocop:disable Style/HashEachMethods -- remove deletes
       @watcher.cancel
       @reader.close
       @writer.close

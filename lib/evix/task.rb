@@ -44,11 +44,9 @@ module Evix
       when :pending
         finish(:cancelled, nil, CancelledError.new("task was cancelled"))
       when :running
-        if @fiber == Fiber.current
-          raise CancelledError, "task was cancelled"
-        else
-          @fiber.raise(CancelledError, "task was cancelled")
-        end
+        raise CancelledError, "task was cancelled" if @fiber == Fiber.current
+
+        @fiber.raise(CancelledError, "task was cancelled")
       end
       nil
     end

@@ -58,7 +58,7 @@ module Evix
 
     def establish(client, socket, address, name, timeout)
       status = socket.connect_nonblock(address, exception: false)
-      return if status == 0
+      return if status.zero?
 
       client.wait_writable(timeout: timeout)
       errno = socket.getsockopt(:SOCKET, :ERROR).int
