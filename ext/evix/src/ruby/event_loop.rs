@@ -228,8 +228,7 @@ impl RbLoop {
     }
 
     fn backend(ruby: &Ruby, rb_self: &Self) -> Result<Symbol, Error> {
-        rb_self.not_forked(ruby)?;
-        Ok(ruby.to_symbol(rb_self.core.kind().name()))
+        Ok(ruby.to_symbol(rb_self.usable(ruby)?.kind().name()))
     }
 
     fn stats(ruby: &Ruby, rb_self: &Self) -> Result<RHash, Error> {
