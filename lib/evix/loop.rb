@@ -31,6 +31,27 @@ module Evix
       timer&.cancel
     end
 
+    # Runs the block on the offload pool and returns its value to the calling
+    # task (or fiber of an Evix::Scheduler) without blocking the loop; the
+    # block's exception is raised in the caller.
+    # @return [Object] the block's value
+    def offload(&block)
+      raise ArgumentError, "offload requires a block" unless block
+
+      fiber = Fiber.current
+      raise Error, "Evix::Loop#offload must be called from a fiber the loop runs" if fiber.blocking?
+
+      outcome = nil
+      Evix.offload_pool.submit(self, block) do |value, error|
+        outcome = [value, error]
+        fiber.resume if fiber.alive?
+      end
+      Fiber.yield until outcome
+      raise outcome[1] if outcome[1]
+
+      outcome[0]
+    end
+
     # Runs the block on this loop whenever +signal+ arrives.
     # @return [Integer] the signal number
     def add_signal(signal, &)

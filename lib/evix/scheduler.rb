@@ -1,0 +1,303 @@
+# frozen_string_literal: true
+
+require "socket"
+
+module Evix
+  # Ruby's Fiber::Scheduler on an Evix::Loop: inside Fiber.schedule (or
+  # Evix.run) plain IO, sleep, Queue, Mutex, Timeout, Net::HTTP and
+  # Process.wait suspend only the calling fiber.
+  #
+  # Every hook suspends with Fiber.yield and is resumed by a loop callback;
+  # the loop runs in the scheduler's thread, in #run and #close.
+  class Scheduler
+    # How long #run blocks while every fiber waits on another thread.
+    IDLE_POLL = 1.0
+
+    # @return [Evix::Loop] the loop the scheduler runs on
+    attr_reader :loop
+
+    # @param loop [Evix::Loop, nil] an existing loop; by default the scheduler
+    #   creates one and closes it in #close
+    def initialize(loop = nil)
+      @loop = loop || Loop.new
+      @owns_loop = loop.nil?
+      @fibers = 0
+      @blocked = {}
+      @io_waiters = {}
+    end
+
+    # @return [Integer] scheduled fibers that have not finished
+    attr_reader :fibers
+
+    # Fiber::Scheduler hook: creates a non-blocking fiber and starts it now.
+    # @return [Fiber]
+    def fiber(&block)
+      fiber = Fiber.new(blocking: false) do
+        block.call
+      ensure
+        @fibers -= 1
+      end
+      @fibers += 1
+      fiber.resume
+      fiber
+    end
+
+    # Runs the loop until every scheduled fiber has finished.
+    # @return [nil]
+    def run
+      @loop.run_once(@loop.alive? ? nil : IDLE_POLL) while @fibers.positive?
+      nil
+    end
+
+    # Fiber::Scheduler hook (Fiber.set_scheduler(nil), thread exit): runs
+    # the remaining fibers to completion, then closes the loop it created.
+    # @return [nil]
+    def close
+      run
+    ensure
+      @loop.close if @owns_loop && !@loop.closed?
+    end
+
+    # Fiber::Scheduler hook. @return [Integer, false] ready events, false on timeout
+    def io_wait(io, events, timeout = nil)
+      fiber = Fiber.current
+      interest = interest_for(events)
+      watcher = @loop.add_io(io, interest | ONESHOT) { |ready| fiber.resume(ready) }
+      timer = timeout && @loop.add_timer(timeout) { fiber.resume(false) }
+      waiting(io, fiber) { finish_io_wait(Fiber.yield, events) }
+    ensure
+      watcher&.cancel
+      timer&.cancel
+    end
+
+    # Wakes the fibers waiting on +io+ with IOError; IO#close calls this,
+    # from any thread, before the descriptor goes away.
+    # @api private
+    def io_closed(io)
+      fibers = @io_waiters[io]
+      return unless fibers
+
+      @loop.post { fibers.each { |fiber| fiber.resume(:closed) if fiber.alive? && @io_waiters[io]&.include?(fiber) } }
+    rescue ClosedError
+      nil
+    end
+
+    # Fiber::Scheduler hook (Kernel#sleep). @return [nil]
+    def kernel_sleep(duration = nil)
+      block(:sleep, duration)
+      nil
+    end
+
+    # Fiber::Scheduler hook (Mutex, Queue, ConditionVariable, Thread#join…).
+    # @return [Boolean] false if the timeout passed first
+    def block(_blocker, timeout = nil)
+      fiber = Fiber.current
+      @blocked[fiber] = true
+      timer = timeout && @loop.add_timer(timeout) { wake(fiber, false) }
+      Fiber.yield
+    ensure
+      @blocked.delete(fiber)
+      timer&.cancel
+    end
+
+    # Fiber::Scheduler hook; may be called from any thread.
+    # @return [nil]
+    def unblock(_blocker, fiber)
+      @loop.post { wake(fiber, true) }
+      nil
+    rescue ClosedError
+      nil
+    end
+
+    # Fiber::Scheduler hook (Process.wait and friends), on the offload pool.
+    # @return [Process::Status]
+    def process_wait(pid, flags)
+      @loop.offload { Process::Status.wait(pid, flags) }
+    end
+
+    # Fiber::Scheduler hook (name resolution), on the offload pool.
+    # @return [Array<String>] addresses
+    def address_resolve(hostname)
+      host = hostname.delete_prefix("[").delete_suffix("]").sub(/%.*\z/, "")
+      @loop.offload { Addrinfo.getaddrinfo(host, nil, nil, :STREAM).map(&:ip_address).uniq }
+    end
+
+    # Fiber::Scheduler hook (Timeout.timeout): raises +exception+ in the fiber
+    # if the block is still running after +duration+.
+    def timeout_after(duration, exception = Timeout::Error, *arguments)
+      fiber = Fiber.current
+      timer = @loop.add_timer(duration) { fiber.raise(exception, *arguments) if fiber.alive? }
+      yield duration
+    ensure
+      timer&.cancel
+    end
+
+    # Fiber::Scheduler hook: reads at least +length+ bytes (0: whatever is
+    # available) into +buffer+ at +offset+.
+    # @return [Integer] bytes read, or -errno
+    def io_read(io, buffer, length, offset = 0)
+      total = 0
+      Kernel.loop do
+        chunk = blocking { io.read_nonblock(buffer.size - offset, exception: false) }
+        case chunk
+        when :wait_readable then io_wait(io, ::IO::READABLE, io_timeout(io)) || (return -Errno::ETIMEDOUT::Errno)
+        when nil then return total
+        else
+          buffer.set_string(chunk, offset)
+          offset += chunk.bytesize
+          total += chunk.bytesize
+          return total if total >= length
+        end
+      end
+    rescue SystemCallError => e
+      -e.errno
+    end
+
+    # Fiber::Scheduler hook: writes at least +length+ bytes (0: what the
+    # kernel takes at once) from +buffer+ at +offset+.
+    # @return [Integer] bytes written, or -errno
+    def io_write(io, buffer, length, offset = 0)
+      total = 0
+      Kernel.loop do
+        data = buffer.get_string(offset)
+        written = blocking { io.write_nonblock(data, exception: false) }
+        if written == :wait_writable
+          io_wait(io, ::IO::WRITABLE, io_timeout(io)) || (return -Errno::ETIMEDOUT::Errno)
+        else
+          offset += written
+          total += written
+          return total if total >= length || offset >= buffer.size
+        end
+      end
+    rescue SystemCallError => e
+      -e.errno
+    end
+
+    if RUBY_VERSION >= "3.3"
+      # Fiber::Scheduler hook (IO.select, Ruby >= 3.3), on the offload pool.
+      # @return [Array, nil] like IO.select
+      def io_select(readables, writables, exceptables, timeout)
+        @loop.offload { ::IO.select(readables, writables, exceptables, timeout) }
+      end
+
+      # Fiber::Scheduler hook (IO#pread, Ruby >= 3.3): reads at file offset +from+.
+      # @return [Integer] bytes read, or -errno
+      def io_pread(io, buffer, from, length, offset)
+        total = 0
+        Kernel.loop do
+          chunk = blocking { io.pread(buffer.size - offset, from, exception: false) }
+          return total if chunk.nil? || chunk.empty?
+
+          buffer.set_string(chunk, offset)
+          offset += chunk.bytesize
+          from += chunk.bytesize
+          total += chunk.bytesize
+          return total if total >= length || offset >= buffer.size
+        end
+      rescue EOFError
+        total
+      rescue SystemCallError => e
+        -e.errno
+      end
+
+      # Fiber::Scheduler hook (IO#pwrite, Ruby >= 3.3): writes at file offset +from+.
+      # @return [Integer] bytes written, or -errno
+      def io_pwrite(io, buffer, from, length, offset)
+        total = 0
+        Kernel.loop do
+          written = blocking { io.pwrite(buffer.get_string(offset), from) }
+          offset += written
+          from += written
+          total += written
+          return total if total >= length || offset >= buffer.size
+        end
+      rescue SystemCallError => e
+        -e.errno
+      end
+    end
+
+    if RUBY_VERSION >= "3.4"
+      # Fiber::Scheduler hook (Ruby >= 3.4): blocking C work on the offload pool.
+      def blocking_operation_wait(work)
+        @loop.offload { work.call }
+      end
+    end
+
+    if RUBY_VERSION >= "3.5"
+      # Fiber::Scheduler hook (Ruby >= 3.5): raises +exception+ in +fiber+.
+      # @return [nil]
+      def fiber_interrupt(fiber, exception)
+        @loop.post { fiber.raise(exception) if fiber.alive? }
+        nil
+      end
+    end
+
+    # Fibers waiting on IOs, by IO, so IO#close can find their scheduler.
+    WAITING = ObjectSpace::WeakMap.new
+
+    # Prepended to ::IO: closing an IO wakes the fibers waiting on it.
+    module ClosingIO
+      # @return [nil]
+      def close
+        Scheduler::WAITING[self]&.io_closed(self)
+        super
+      end
+    end
+    ::IO.prepend(ClosingIO)
+
+    private
+
+    def waiting(io, fiber)
+      (@io_waiters[io] ||= []) << fiber
+      WAITING[io] = self
+      yield
+    ensure
+      fibers = @io_waiters[io]
+      fibers&.delete(fiber)
+      if fibers&.empty?
+        @io_waiters.delete(io)
+        WAITING.delete(io) if WAITING.respond_to?(:delete)
+      end
+    end
+
+    def finish_io_wait(ready, events)
+      raise IOError, "stream closed in another fiber or thread" if ready == :closed
+
+      ready ? ready_events(ready, events) : false
+    end
+
+    def interest_for(events)
+      interest = 0
+      interest |= READ if events.anybits?(::IO::READABLE | ::IO::PRIORITY)
+      interest |= WRITE if events.anybits?(::IO::WRITABLE)
+      interest
+    end
+
+    def ready_events(ready, events)
+      result = 0
+      result |= events & (::IO::READABLE | ::IO::PRIORITY) if ready.anybits?(READ)
+      result |= events & ::IO::WRITABLE if ready.anybits?(WRITE)
+      result
+    end
+
+    def wake(fiber, value)
+      fiber.resume(value) if @blocked.key?(fiber)
+    end
+
+    def io_timeout(io)
+      io.respond_to?(:timeout) ? io.timeout : nil
+    end
+
+    # Runs the block in a blocking fiber so the IO call inside it goes
+    # straight to the kernel instead of back into these hooks.
+    if Fiber.respond_to?(:blocking)
+      def blocking(&)
+        Fiber.blocking(&)
+      end
+    else
+      def blocking(&)
+        Fiber.new(blocking: true, &).resume
+      end
+    end
+  end
+end
