@@ -14,7 +14,13 @@ module Evix
   class TimeoutError < Error; end
 end
 
-require "evix/evix"
+# A build for this Ruby's minor version (lib/evix/3.3/evix.so, as rake
+# compat:ruby33 makes) wins over the default one.
+begin
+  require "evix/#{RUBY_VERSION[/\A\d+\.\d+/]}/evix"
+rescue LoadError
+  require "evix/evix"
+end
 require_relative "evix/task"
 require_relative "evix/io"
 require_relative "evix/signals"

@@ -36,6 +36,7 @@ module Evix
     # Reads up to +maxlen+ bytes; nil at end of file.
     # @return [String, nil]
     def read(maxlen = CHUNK, timeout: @timeout)
+      check_open
       return take(maxlen) unless @buffer.empty?
 
       fill(maxlen, timeout) ? take(maxlen) : nil
@@ -45,6 +46,7 @@ module Evix
     # EOFError if the stream ends part way.
     # @return [String, nil]
     def read_exactly(length, timeout: @timeout)
+      check_open
       while @buffer.bytesize < length
         next if fill(CHUNK, timeout)
         return nil if @buffer.empty?
@@ -54,14 +56,19 @@ module Evix
       take(length)
     end
 
-    # Reads a line ending in +separator+ (at most +limit+ bytes); nil at end of file.
+    # Reads a line ending in +separator+ (at most +limit+ bytes); nil at end
+    # of file. An empty separator reads a paragraph, like IO#gets("").
     # @return [String, nil]
     def gets(separator = $INPUT_RECORD_SEPARATOR, limit = nil, timeout: @timeout)
+      check_open
       if separator.is_a?(Integer)
         limit = separator
-        separator = nil
+        separator = $INPUT_RECORD_SEPARATOR
       end
+      paragraph = separator&.empty?
+      separator = "\n\n" if paragraph
       loop do
+        @buffer.sub!(/\A\n+/, "") if paragraph
         line = line_from_buffer(separator, limit)
         return line if line
         next if fill(CHUNK, timeout)
@@ -127,6 +134,7 @@ module Evix
 
       wake_waiters(READ | WRITE, :closed)
       @idle_timer&.cancel
+      @buffer.clear
       @io.close
       nil
     end
@@ -142,6 +150,10 @@ module Evix
     end
 
     private
+
+    def check_open
+      raise ClosedError, "IO is closed" if @io.closed?
+    end
 
     # Reads more into the buffer; false at end of file.
     def fill(maxlen, timeout)

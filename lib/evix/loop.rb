@@ -42,20 +42,25 @@ module Evix
       raise Error, "Evix::Loop#offload must be called from a fiber the loop runs" if fiber.blocking?
 
       outcome = nil
+      waiting = true
       Evix.offload_pool.submit(self, block) do |value, error|
         outcome = [value, error]
-        fiber.resume if fiber.alive?
+        fiber.resume if waiting
       end
       Fiber.yield until outcome
       raise outcome[1] if outcome[1]
 
       outcome[0]
+    ensure
+      waiting = false
     end
 
     # Runs the block on this loop whenever +signal+ arrives.
     # @return [Integer] the signal number
     def add_signal(signal, &)
-      raise ClosedError, "loop is closed" if closed?
+      ensure_usable!
+      Signals.number(signal)
+      raise ArgumentError, "add_signal requires a block" unless block_given?
 
       (@signals ||= Signals.new(self)).add(signal, &)
     end
@@ -63,6 +68,7 @@ module Evix
     # Stops handling +signal+ and restores the previous handler.
     # @return [Boolean] whether a handler was removed
     def remove_signal(signal)
+      ensure_usable!
       return false unless @signals
 
       removed = @signals.remove(signal)

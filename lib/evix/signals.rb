@@ -22,7 +22,15 @@ module Evix
 
       writer = @writer
       byte = [signo].pack("C")
-      previous = Signal.trap(signo) { writer.write_nonblock(byte, exception: false) }
+      pid = Process.pid
+      previous = Signal.trap(signo) do
+        # Only a byte: a trap handler must not run loop code. A forked child
+        # inherits this trap but not the loop: it gets the old handler back.
+        next writer.write_nonblock(byte, exception: false) if Process.pid == pid
+
+        Signal.trap(signo, @previous[signo] || "DEFAULT")
+        Process.kill(signo, Process.pid)
+      end
       @previous[signo] = previous unless @handlers.key?(signo)
       @handlers[signo] = block
       signo

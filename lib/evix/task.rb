@@ -24,12 +24,7 @@ module Evix
     # @return [Object] the block's value
     def wait
       if alive?
-        if Task.current
-          @waiters << Fiber.current
-          Fiber.yield while alive?
-        else
-          @loop.run_once while alive?
-        end
+        Task.current ? wait_in_fiber : drive_loop
       end
       raise @error if @error
 
@@ -65,6 +60,20 @@ module Evix
 
     private
 
+    # Runs the loop until the task is done; with nothing referenced left a
+    # post from another thread may still come, so wait in short slices.
+    def drive_loop
+      @loop.run_once(@loop.alive? ? nil : 0.1) while alive?
+    end
+
+    def wait_in_fiber
+      fiber = Fiber.current
+      @waiters << fiber
+      Fiber.yield while alive?
+    ensure
+      @waiters.delete(fiber)
+    end
+
     def run(block)
       Thread.current[:evix_task] = self
       @state = :running
@@ -81,10 +90,8 @@ module Evix
       @state = state
       @value = value
       @error = error
-      waiters = @waiters
-      @waiters = []
-      waiters.each { |fiber| @loop.next_tick { fiber.resume if fiber.alive? } }
-      !waiters.empty?
+      @waiters.each { |fiber| @loop.next_tick { fiber.resume if @waiters.include?(fiber) } }
+      !@waiters.empty?
     end
   end
 

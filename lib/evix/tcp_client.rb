@@ -16,37 +16,34 @@ module Evix
     def connect(loop, host, port, timeout: nil)
       raise Error, "Evix::TCPClient.connect must be called inside a task" unless Task.current
 
-      address = resolve(loop, host, port)
-      socket = Socket.new(address.afamily, :STREAM)
-      client = Evix::IO.new(loop, socket)
-      establish(client, socket, address, "#{host}:#{port}", timeout)
-      client
+      deadline = timeout && (Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout)
+      addresses = resolve(loop, host, port)
+      # Like TCPSocket: try each address in turn, report the last failure.
+      addresses.each_with_index do |address, index|
+        return attempt(loop, address, "#{host}:#{port}", deadline)
+      rescue SystemCallError
+        raise if index == addresses.size - 1
+      end
     rescue TimeoutError
-      socket&.close
       raise TimeoutError, "connect to #{host}:#{port} timed out after #{timeout}s"
-    rescue StandardError
-      socket&.close
-      raise
     end
 
-    # @return [Addrinfo] the first TCP address for host:port
+    # @return [Array<Addrinfo>] the TCP addresses for host:port (resolved on
+    #   the offload pool unless +host+ is numeric)
     def resolve(loop, host, port)
-      return Addrinfo.tcp(host, port) if numeric?(host)
+      return [Addrinfo.tcp(host, port)] if numeric?(host)
 
-      fiber = Fiber.current
-      result = nil
-      Thread.new do
-        result = begin
-          Addrinfo.getaddrinfo(host, port, nil, :STREAM).first
-        rescue StandardError => e
-          e
-        end
-        loop.post { fiber.resume }
-      end
-      Fiber.yield
-      raise result if result.is_a?(Exception)
+      loop.offload { Addrinfo.getaddrinfo(host, port, nil, :STREAM) }
+    end
 
-      result
+    def attempt(loop, address, name, deadline)
+      socket = Socket.new(address.afamily, :STREAM)
+      client = Evix::IO.new(loop, socket)
+      establish(client, socket, address, name, deadline)
+      client
+    rescue StandardError, CancelledError
+      socket&.close
+      raise
     end
 
     def numeric?(host)
@@ -56,14 +53,13 @@ module Evix
       false
     end
 
-    def establish(client, socket, address, name, timeout)
-      status = socket.connect_nonblock(address, exception: false)
-      return if status.zero?
-
-      client.wait_writable(timeout: timeout)
-      errno = socket.getsockopt(:SOCKET, :ERROR).int
-      raise SystemCallError.new(name, errno) unless errno.zero?
-
+    def establish(client, socket, address, name, deadline)
+      if socket.connect_nonblock(address, exception: false) == :wait_writable
+        timeout = deadline && [deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max
+        client.wait_writable(timeout: timeout)
+        errno = socket.getsockopt(:SOCKET, :ERROR).int
+        raise SystemCallError.new(name, errno) unless errno.zero?
+      end
       socket.setsockopt(:TCP, :NODELAY, true)
     end
   end

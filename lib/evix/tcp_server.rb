@@ -28,18 +28,17 @@ module Evix
       @connections = 0
       @on_error = method(:report)
       @listener = listen(host, port, backlog, reuse_port)
+      @local_address = @listener.local_address
       @watcher = loop.add_io(@listener, READ) { accept_all }
     end
 
     # @return [Integer] the bound port
     def port
-      @listener.local_address.ip_port
+      @local_address.ip_port
     end
 
     # @return [Addrinfo] the bound address
-    def local_address
-      @listener.local_address
-    end
+    attr_reader :local_address
 
     # Sets the handler for a connection's exception (default: one line on $stderr).
     # @return [self]

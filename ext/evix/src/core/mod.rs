@@ -358,9 +358,11 @@ impl<C: Clone> Loop<C> {
     }
 
     /// Phase 2: 0 when work is pending or `stop` was asked, else time to the
-    /// earliest timer, capped by `limit`.
+    /// earliest timer, capped by `limit`. With nothing referenced and no
+    /// `limit` there is nothing to wait for; an explicit `limit` still waits
+    /// (for a `post` or `wakeup`, say).
     fn compute_timeout(&self, limit: Option<Duration>, nowait: bool) -> Option<Duration> {
-        if nowait || self.stop.get() || !self.alive() {
+        if nowait || self.stop.get() || (limit.is_none() && !self.alive()) {
             return Some(Duration::ZERO);
         }
         let state = self.state.borrow();

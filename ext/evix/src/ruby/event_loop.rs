@@ -223,6 +223,11 @@ impl RbLoop {
         })
     }
 
+    /// For methods written in Ruby: the same checks the native ones make.
+    fn ensure_usable(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+        rb_self.usable(ruby).map(drop)
+    }
+
     fn is_closed(&self) -> bool {
         self.core.is_closed()
     }
@@ -333,6 +338,7 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("stop", method!(RbLoop::stop, 0))?;
     class.define_method("close", method!(RbLoop::close, 0))?;
     class.define_method("closed?", method!(RbLoop::is_closed, 0))?;
+    class.define_private_method("ensure_usable!", method!(RbLoop::ensure_usable, 0))?;
     class.define_method("backend", method!(RbLoop::backend, 0))?;
     class.define_method("stats", method!(RbLoop::stats, 0))?;
     Ok(())
