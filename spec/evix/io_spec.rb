@@ -1,0 +1,483 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "digest"
+
+RSpec.describe Evix::IO do
+  let(:ev) { new_loop }
+  let(:pair) { socket_pair }
+  let(:io) { ev.wrap(pair[0]) }
+  let(:peer) { pair[1] }
+
+  # Runs the block in a task and returns its value (or raises its exception).
+  def in_task(&)
+    ev.spawn(&).wait
+  end
+
+  # Fills the kernel buffer of +socket+ until a write would block.
+  def fill_up(socket)
+    chunk = "x" * 65_536
+    total = 0
+    loop do
+      written = socket.write_nonblock(chunk, exception: false)
+      return total if written == :wait_writable
+
+      total += written
+    end
+  end
+
+  describe "construction" do
+    it "wraps an IO through Evix::Loop#wrap and exposes it" do
+      expect(io).to be_a(described_class)
+      expect(io.io).to equal(pair[0])
+      expect(io.closed?).to be(false)
+      expect(io.fileno).to eq(pair[0].fileno)
+      expect(io.timeout).to be_nil
+      expect(ev.wrap(peer, timeout: 1.5).timeout).to eq(1.5)
+    end
+
+    it "accepts an object that responds to to_io" do
+      holder = Struct.new(:inner) do
+        def to_io
+          inner
+        end
+      end.new(peer)
+      wrapped = ev.wrap(holder)
+      expect(wrapped.io).to equal(peer)
+    end
+
+    it "raises TypeError naming the argument for something that is not an IO" do
+      expect { ev.wrap(42) }.to raise_error(TypeError, /io/)
+      expect { ev.wrap("not an io") }.to raise_error(TypeError, /io/)
+      expect { described_class.new(ev, nil) }.to raise_error(TypeError, /io/)
+    end
+
+    it "raises Evix::ClosedError for a closed IO" do
+      r, = pipe
+      r.close
+      expect { ev.wrap(r) }.to raise_error(Evix::ClosedError)
+    end
+  end
+
+  describe "#read" do
+    it "returns what is available, up to maxlen" do
+      peer.write("hello world")
+      expect(in_task { [io.read(5), io.read(100)] }).to eq(["hello", " world"])
+    end
+
+    it "waits for data without blocking other tasks" do
+      log = []
+      reader = ev.spawn do
+        log << :reading
+        data = io.read
+        log << :read
+        data
+      end
+      ev.spawn do
+        log << :writing
+        ev.sleep(0.02)
+        peer.write("late")
+      end
+      ev.run
+      expect(log).to eq(%i[reading writing read])
+      expect(reader.wait).to eq("late")
+    end
+
+    it "returns nil at end of file, every time, after what was buffered" do
+      peer.write("tail")
+      peer.close
+      expect(in_task { [io.read(2), io.read, io.read, io.read] }).to eq(["ta", "il", nil, nil])
+    end
+
+    it "returns nil when the peer closes while it waits (no EOFError)" do
+      reader = ev.spawn { io.read }
+      ev.spawn do
+        ev.sleep(0.02)
+        peer.close
+      end
+      expect(reader.wait).to be_nil
+    end
+
+    it "returns nil when the TCP peer resets the connection" do
+      server = track_io(TCPServer.new("127.0.0.1", 0)).first
+      client = track_io(TCPSocket.new("127.0.0.1", server.addr[1])).first
+      accepted = track_io(server.accept).first
+      wrapped = ev.wrap(accepted)
+      reader = ev.spawn { wrapped.read }
+      ev.spawn do
+        ev.sleep(0.02)
+        client.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii"))
+        client.close
+      end
+      expect(reader.wait).to be_nil
+    end
+
+    it "returns binary strings" do
+      peer.write("h\u00e9".encode("UTF-8"))
+      data = in_task { io.read }
+      expect(data.encoding).to eq(Encoding::BINARY)
+      expect(data.bytes).to eq([104, 0xc3, 0xa9])
+    end
+  end
+
+  describe "#read_exactly" do
+    it "waits until it has exactly that many bytes, across several writes" do
+      reader = ev.spawn { [io.read_exactly(6), io.read_exactly(2)] }
+      ev.spawn do
+        peer.write("abc")
+        ev.sleep(0.01)
+        peer.write("defgh")
+      end
+      expect(reader.wait).to eq(%w[abcdef gh])
+    end
+
+    it "returns nil at end of file before the first byte" do
+      peer.close
+      expect(in_task { io.read_exactly(4) }).to be_nil
+    end
+
+    it "raises EOFError when the stream ends part way" do
+      peer.write("abc")
+      peer.close
+      expect { in_task { io.read_exactly(5) } }.to raise_error(EOFError, /3 of 5/)
+    end
+  end
+
+  describe "#gets" do
+    it "reads lines ending in $/, then the unterminated rest, then nil" do
+      peer.write("line1\nline2\npartial")
+      peer.close
+      lines = in_task { Array.new(4) { io.gets } }
+      expect(lines).to eq(["line1\n", "line2\n", "partial", nil])
+    end
+
+    it "waits for a line split across several writes" do
+      reader = ev.spawn { io.gets }
+      ev.spawn do
+        peer.write("hel")
+        ev.sleep(0.01)
+        peer.write("lo\nnext")
+      end
+      expect(reader.wait).to eq("hello\n")
+    end
+
+    it "splits on a custom, multi-byte separator even when it arrives in two pieces" do
+      reader = ev.spawn { [io.gets("\r\n"), io.gets("\r\n")] }
+      ev.spawn do
+        peer.write("a\r")
+        ev.sleep(0.01)
+        peer.write("\nb\r\n")
+      end
+      expect(reader.wait).to eq(["a\r\n", "b\r\n"])
+    end
+
+    it "returns at most limit bytes with gets(limit), still splitting on $/" do
+      peer.write("abcdefgh\nxy\n")
+      peer.close
+      expect(in_task { [io.gets(3), io.gets(3), io.gets(10), io.gets(10)] }).to eq(%W[abc def gh\n xy\n])
+    end
+
+    it "honours both a separator and a limit" do
+      peer.write("ab;cdefg;")
+      peer.close
+      expect(in_task { [io.gets(";", 5), io.gets(";", 3), io.gets(";", 5), io.gets(";", 5)] })
+        .to eq(["ab;", "cde", "fg;", nil])
+    end
+
+    it "does not return empty strings forever for an empty separator (paragraph mode, or ArgumentError)" do
+      peer.write("p1\n\n\np2\n")
+      peer.close
+      result = begin
+        in_task { Array.new(3) { io.gets("") } }
+      rescue ArgumentError => e
+        e
+      end
+      expect(result).to be_a(ArgumentError).or eq(["p1\n\n", "p2\n", nil])
+    end
+
+    it "returns nil at end of file, never EOFError" do
+      peer.close
+      expect(in_task { [io.gets, io.gets("\n", 4)] }).to eq([nil, nil])
+    end
+  end
+
+  describe "#each_line" do
+    it "yields every line until end of file and returns self" do
+      lines = []
+      ev.spawn do
+        expect(io.each_line { |line| lines << line }).to equal(io)
+      end
+      ev.spawn do
+        peer.write("one\ntwo\n")
+        ev.sleep(0.01)
+        peer.write("three")
+        peer.close
+      end
+      ev.run
+      expect(lines).to eq(%W[one\n two\n three])
+    end
+
+    it "takes a separator and returns an Enumerator without a block" do
+      peer.write("a,b,c")
+      peer.close
+      expect(in_task { io.each_line(",").to_a }).to eq(["a,", "b,", "c"])
+    end
+  end
+
+  describe "#write" do
+    it "writes the whole string and returns its byte size" do
+      expect(in_task { io.write("h\u00e9llo") }).to eq(6)
+      expect(in_task { io.write(42) }).to eq(2)
+      expect(peer.read_nonblock(100)).to eq("h\u00e9llo42".b)
+    end
+
+    it "writes several MB to a slow reader, waiting whenever the kernel buffer is full" do
+      data = Random.new(7).bytes(6 * 1024 * 1024)
+      received = String.new(encoding: Encoding::BINARY)
+      reader = helper_thread do
+        reads = 0
+        while (chunk = peer.read(32 * 1024))
+          received << chunk
+          reads += 1
+          sleep 0.001 if (reads % 8).zero?
+        end
+      end
+      writer = ev.spawn do
+        written = io.write(data)
+        io.close
+        written
+      end
+      took = elapsed { expect(writer.wait).to eq(data.bytesize) }
+      reader.join(5)
+      expect(took).to be < 8
+      expect(received.bytesize).to eq(data.bytesize)
+      expect(Digest::SHA256.hexdigest(received)).to eq(Digest::SHA256.hexdigest(data))
+    end
+
+    it "raises Errno::EPIPE (not a silent success) when the peer is gone" do
+      peer.close
+      expect { in_task { io.write("x" * 1_000_000) } }.to raise_error(Errno::EPIPE)
+    end
+  end
+
+  describe "a reader fiber and a writer fiber on the same socket" do
+    it "both make progress while both are suspended" do
+      big = Random.new(1).bytes(4 * 1024 * 1024)
+      other = ev.wrap(peer)
+      log = []
+      reader = ev.spawn do
+        got = String.new(encoding: Encoding::BINARY)
+        while (chunk = io.read)
+          log << :reader_got_data if got.empty?
+          got << chunk
+        end
+        got
+      end
+      writer = ev.spawn do
+        io.write(big)
+        log << :writer_done
+        :written
+      end
+      peer_task = ev.spawn do
+        ev.sleep(0.05) # both fibers above are now waiting: nothing to read, buffer full
+        other.write("hello ")
+        ev.sleep(0.02)
+        received = other.read_exactly(big.bytesize)
+        other.write("bye")
+        other.close
+        received
+      end
+      expect(elapsed { ev.run }).to be < 5
+      expect(log.first).to eq(:reader_got_data)
+      expect(log).to include(:writer_done)
+      expect(reader.wait).to eq("hello bye")
+      expect(writer.wait).to eq(:written)
+      expect(peer_task.wait == big).to be(true)
+    end
+  end
+
+  describe "timeouts" do
+    it "raises Evix::TimeoutError after the per-IO timeout, and the loop keeps working" do
+      io.timeout = 0.1
+      outcome = nil
+      took = nil
+      task = ev.spawn do
+        t0 = now
+        begin
+          io.read
+        rescue Evix::TimeoutError => e
+          outcome = e
+        end
+        took = now - t0
+        peer.write("after")
+        io.read
+      end
+      expect(task.wait).to eq("after")
+      expect(outcome).to be_a(Evix::TimeoutError)
+      expect(took).to be >= 0.09
+      expect(took).to be < 0.6
+    end
+
+    it "takes the timeout from Evix::Loop#wrap(io, timeout:)" do
+      wrapped = ev.wrap(pair[0], timeout: 0.05)
+      took = elapsed { expect { in_task { wrapped.gets } }.to raise_error(Evix::TimeoutError) }
+      expect(took).to be >= 0.045
+      expect(took).to be < 0.5
+    end
+
+    it "lets a per-call timeout: override the per-IO one for read, read_exactly, gets and wait_readable" do
+      io.timeout = 10
+      %i[read read_exactly gets wait_readable].each do |name|
+        took = elapsed do
+          expect do
+            in_task do
+              case name
+              when :read_exactly then io.read_exactly(4, timeout: 0.05)
+              when :gets then io.gets(timeout: 0.05)
+              else io.public_send(name, timeout: 0.05)
+              end
+            end
+          end.to raise_error(Evix::TimeoutError, /0.05/)
+        end
+        expect(took).to be_between(0.045, 0.5), "#{name} took #{took}"
+      end
+    end
+
+    it "raises Evix::TimeoutError from a write that cannot finish in time" do
+      fill_up(pair[0])
+      took = elapsed { expect { in_task { io.write("x" * 100_000, timeout: 0.1) } }.to raise_error(Evix::TimeoutError) }
+      expect(took).to be >= 0.09
+      expect(took).to be < 0.6
+    end
+
+    it "leaves nothing behind: a stale watcher or timer never resumes the task later" do
+      took = nil
+      task = ev.spawn do
+        expect { io.read(timeout: 0.03) }.to raise_error(Evix::TimeoutError)
+        peer.write("wakes nobody")
+        took = elapsed { ev.sleep(0.1) } # a leftover watcher would end this sleep early
+        io.read
+      end
+      expect(task.wait).to eq("wakes nobody")
+      expect(took).to be >= 0.095
+      expect(ev.stats).to include(watchers: 0, timers: 0)
+    end
+
+    it "does not time out when data arrives in time" do
+      io.timeout = 0.5
+      reader = ev.spawn { io.read }
+      ev.spawn do
+        ev.sleep(0.02)
+        peer.write("in time")
+      end
+      expect(reader.wait).to eq("in time")
+      expect(ev.stats).to include(watchers: 0, timers: 0)
+    end
+  end
+
+  describe "#close" do
+    it "wakes a fiber waiting to read with Evix::ClosedError" do
+      outcome = nil
+      ev.spawn do
+        io.read
+        outcome = :returned
+      rescue Evix::ClosedError => e
+        outcome = e
+      end
+      ev.spawn do
+        ev.sleep(0.02)
+        expect(io.close).to be_nil
+      end
+      expect(elapsed { ev.run }).to be < 0.5
+      expect(outcome).to be_a(Evix::ClosedError)
+      expect(io.closed?).to be(true)
+      expect(pair[0].closed?).to be(true)
+    end
+
+    it "wakes a fiber waiting to write with Evix::ClosedError" do
+      fill_up(pair[0])
+      outcome = nil
+      ev.spawn do
+        io.write("y" * 100_000)
+        outcome = :returned
+      rescue Evix::ClosedError => e
+        outcome = e
+      end
+      ev.add_timer(0.02) { io.close } # from a plain callback, not a task
+      expect(elapsed { ev.run }).to be < 0.5
+      expect(outcome).to be_a(Evix::ClosedError)
+    end
+
+    it "wakes a reader and a writer waiting on the same IO" do
+      fill_up(pair[0])
+      outcomes = []
+      ev.spawn do
+        io.gets
+      rescue Evix::ClosedError
+        outcomes << :reader
+      end
+      ev.spawn do
+        io.write("z" * 100_000)
+      rescue Evix::ClosedError
+        outcomes << :writer
+      end
+      ev.spawn do
+        ev.sleep(0.02)
+        io.close
+      end
+      ev.run
+      expect(outcomes).to contain_exactly(:reader, :writer)
+      expect(ev.stats).to include(watchers: 0, timers: 0)
+    end
+
+    it "is idempotent" do
+      io.close
+      expect(io.close).to be_nil
+      expect(io.closed?).to be(true)
+    end
+
+    it "makes later reads and writes raise Evix::ClosedError" do
+      io.close
+      expect { in_task { io.read } }.to raise_error(Evix::ClosedError)
+      expect { in_task { io.gets } }.to raise_error(Evix::ClosedError)
+      expect { in_task { io.read_exactly(1) } }.to raise_error(Evix::ClosedError)
+      expect { in_task { io.write("x") } }.to raise_error(Evix::ClosedError)
+      expect { in_task { io.wait_readable } }.to raise_error(Evix::ClosedError)
+    end
+
+    it "makes later reads raise Evix::ClosedError even when data was buffered before the close" do
+      peer.write("line1\nline2\n")
+      expect(in_task { io.gets }).to eq("line1\n") # "line2\n" now sits in the buffer
+      io.close
+      expect { in_task { io.gets } }.to raise_error(Evix::ClosedError)
+      expect { in_task { io.read } }.to raise_error(Evix::ClosedError)
+    end
+  end
+
+  describe "#close_read" do
+    it "makes a waiting reader see end of file while writes still work" do
+      reader = ev.spawn { io.read }
+      ev.spawn do
+        ev.sleep(0.02)
+        io.close_read
+        io.write("still writable")
+      end
+      expect(reader.wait).to be_nil
+      expect(peer.read_nonblock(100)).to eq("still writable")
+    end
+  end
+
+  describe "outside a task" do
+    it "raises Evix::Error from a read that would have to wait" do
+      expect { io.read }.to raise_error(Evix::Error, /task/)
+      expect { io.gets }.to raise_error(Evix::Error, /task/)
+      expect { io.read_exactly(1) }.to raise_error(Evix::Error, /task/)
+      expect { io.wait_readable }.to raise_error(Evix::Error, /task/)
+    end
+
+    it "raises Evix::Error from a write that would have to wait" do
+      fill_up(pair[0])
+      expect { io.write("x" * 100_000) }.to raise_error(Evix::Error, /task/)
+    end
+  end
+end

@@ -1,0 +1,286 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+RSpec.describe "Evix::Loop#add_signal and #remove_signal" do
+  let(:ev) { new_loop }
+  let(:usr1) { Signal.list.fetch("USR1") }
+  let(:usr2) { Signal.list.fetch("USR2") }
+
+  # USR1/USR2 terminate the process by default: while an example runs they are
+  # ignored by a harmless Ruby handler, and a late signal can never kill rspec.
+  around do |example|
+    noop = proc {}
+    saved = %i[USR1 USR2].to_h { |name| [name, Signal.trap(name, noop)] }
+    begin
+      example.run
+    ensure
+      sleep 0.02 # lets Ruby run trap handlers for signals still in flight
+      saved.each { |name, handler| Signal.trap(name, handler || "DEFAULT") }
+    end
+  end
+
+  # Sends +signal+ to this process from a helper thread after +delay+, while
+  # the loop is blocked waiting.
+  def send_later(signal, delay: 0.05)
+    helper_thread do
+      sleep delay
+      Process.kill(signal, Process.pid)
+    end
+  end
+
+  # A referenced timer so that run waits (the signal watcher is unref'd) and
+  # still ends if the signal never gets through.
+  def safety_timer(seconds = 3)
+    ev.add_timer(seconds) { ev.stop }
+  end
+
+  it "runs the block on the loop thread, in normal context, with the signal number" do
+    got = []
+    threads = []
+    trap_context = nil
+    expect(ev.add_signal(:USR1) do |signo|
+      got << signo
+      threads << Thread.current
+      trap_context = begin
+        Mutex.new.synchronize {} # raises ThreadError in a trap handler
+        false
+      rescue ThreadError
+        true
+      end
+      ev.stop
+    end).to eq(usr1)
+    safety = safety_timer
+    send_later(:USR1)
+    took = elapsed { ev.run }
+    safety.cancel
+    expect(got).to eq([usr1])
+    expect(threads).to eq([Thread.current])
+    expect(trap_context).to be(false)
+    expect(took).to be < 1
+  end
+
+  it "accepts names with and without SIG, as Symbols or Strings, and numbers" do
+    expect(ev.add_signal("SIGUSR1") {}).to eq(usr1)
+    expect(ev.add_signal(:SIGUSR2) {}).to eq(usr2)
+    expect(ev.remove_signal("USR1")).to be(true)
+    expect(ev.add_signal(usr1) {}).to eq(usr1)
+    expect(ev.remove_signal(:SIGUSR1)).to be(true)
+    expect(ev.remove_signal(usr2)).to be(true)
+  end
+
+  it "runs the block for each signal it was given, with that signal's number" do
+    got = []
+    ev.add_signal(:USR1) { |signo| got << signo }
+    ev.add_signal(:USR2) do |signo|
+      got << signo
+      ev.stop
+    end
+    safety = safety_timer
+    helper_thread do
+      sleep 0.03
+      Process.kill(:USR1, Process.pid)
+      sleep 0.03
+      Process.kill(:USR2, Process.pid)
+    end
+    ev.run
+    safety.cancel
+    expect(got).to eq([usr1, usr2])
+  end
+
+  it "runs the block at least once for signals that arrived before the loop ran" do
+    runs = 0
+    ev.add_signal(:USR1) { runs += 1 }
+    3.times { Process.kill(:USR1, Process.pid) }
+    sleep 0.02 # Ruby runs the trap handlers, which only write to the pipe
+    expect(runs).to eq(0)
+    ev.add_timer(0.05) {}
+    ev.run
+    expect(runs).to be_between(1, 3)
+  end
+
+  it "does not keep run alive: the signal watcher is unref'd" do
+    ev.add_signal(:USR1) {}
+    expect(elapsed { ev.run }).to be < 0.5
+    expect(ev.alive?).to be(false)
+  end
+
+  describe "remove_signal" do
+    it "restores the handler that was there before, which runs again" do
+      hits = []
+      previous = proc { hits << :previous }
+      Signal.trap(:USR1, previous)
+      ev.add_signal(:USR1) { hits << :evix }
+      expect(Signal.trap(:USR1, Signal.trap(:USR1, "IGNORE"))).not_to equal(previous)
+      expect(ev.remove_signal(:USR1)).to be(true)
+      current = Signal.trap(:USR1, previous)
+      expect(current).to equal(previous)
+      Process.kill(:USR1, Process.pid)
+      wait_until { hits.include?(:previous) }
+      ev.add_timer(0.05) {}
+      ev.run
+      expect(hits).to eq([:previous])
+    end
+
+    it "restores the system default when that is what was installed" do
+      Signal.trap(:WINCH, "DEFAULT")
+      baseline = Signal.trap(:WINCH, "DEFAULT") # what Ruby reports for it
+      ev.add_signal(:WINCH) {}
+      ev.remove_signal(:WINCH)
+      expect(Signal.trap(:WINCH, "DEFAULT")).to eq(baseline)
+    end
+
+    it "restores the original handler when add_signal was called twice for one signal" do
+      hits = []
+      previous = proc { hits << :previous }
+      Signal.trap(:USR1, previous)
+      ev.add_signal(:USR1) { hits << :first }
+      ev.add_signal(:USR1) { hits << :second }
+      ev.add_timer(0.05) {}
+      send_later(:USR1, delay: 0.01)
+      ev.run
+      expect(hits).to eq([:second])
+      ev.remove_signal(:USR1)
+      expect(Signal.trap(:USR1, previous)).to equal(previous)
+    end
+
+    it "returns false for a signal it does not handle" do
+      expect(ev.remove_signal(:USR1)).to be(false)
+      ev.add_signal(:USR2) {}
+      expect(ev.remove_signal(:USR1)).to be(false)
+      expect(ev.remove_signal(:USR2)).to be(true)
+      expect(ev.remove_signal(:USR2)).to be(false)
+    end
+
+    it "stops running the block" do
+      runs = 0
+      ev.add_signal(:USR1) { runs += 1 }
+      ev.add_signal(:USR2) {}
+      ev.remove_signal(:USR1)
+      Process.kill(:USR1, Process.pid)
+      ev.add_timer(0.05) {}
+      ev.run
+      expect(runs).to eq(0)
+    end
+  end
+
+  it "restores every handler when the loop is closed" do
+    previous = proc {}
+    Signal.trap(:USR2, previous)
+    ev.add_signal(:USR2) {}
+    ev.close
+    expect(Signal.trap(:USR2, previous)).to equal(previous)
+  end
+
+  it "survives a flood of 10,000 signals from another thread and runs the block after the last one" do
+    runs = 0
+    last_run = nil
+    state = { last_sent_at: nil, marker: false }
+    check = -> { ev.stop if state[:marker] && last_run && last_run > state[:last_sent_at] }
+    ev.add_signal(:USR2) do
+      runs += 1
+      last_run = now
+      check.call
+    end
+    safety = safety_timer(8)
+    sender = helper_thread do
+      pid = Process.pid
+      9_999.times { Process.kill(:USR2, pid) }
+      state[:last_sent_at] = now
+      Process.kill(:USR2, pid)
+      ev.post do
+        state[:marker] = true
+        check.call
+      end
+      :sent
+    end
+    expect { ev.run }.not_to raise_error
+    safety.cancel
+    expect(sender.value).to eq(:sent)
+    expect(state[:marker]).to be(true)
+    expect(runs).to be >= 1
+    expect(last_run).to be > state[:last_sent_at]
+  end
+
+  it "propagates an exception raised in the block out of run, and the loop keeps working" do
+    error = EvixSpecError.new("from the signal block")
+    line = nil
+    ev.add_signal(:USR1) do
+      line = __LINE__ + 1
+      raise error
+    end
+    safety = safety_timer
+    send_later(:USR1)
+    expect { ev.run }.to raise_error(EvixSpecError) { |e|
+      expect(e).to equal(error)
+      expect(backtrace_includes?(e, __FILE__, line)).to be(true)
+    }
+    ev.add_signal(:USR1) { ev.stop }
+    send_later(:USR1)
+    expect(elapsed { ev.run }).to be < 1
+    safety.cancel
+  end
+
+  describe "bad input" do
+    it "raises ArgumentError for an unknown signal" do
+      expect { ev.add_signal(:NOPE) {} }.to raise_error(ArgumentError, /NOPE/)
+      expect { ev.add_signal("SIGNOPE") {} }.to raise_error(ArgumentError, /NOPE/)
+      expect { ev.add_signal(999) {} }.to raise_error(ArgumentError, /999/)
+      expect { ev.add_signal(-1) {} }.to raise_error(ArgumentError)
+      expect { ev.remove_signal(:NOPE) }.to raise_error(ArgumentError) if ev.add_signal(:USR1) {}
+    end
+
+    it "raises TypeError for something that is not a signal name or number" do
+      expect { ev.add_signal(1.5) {} }.to raise_error(TypeError, /signal/)
+      expect { ev.add_signal(nil) {} }.to raise_error(TypeError, /signal/)
+      expect { ev.add_signal([:USR1]) {} }.to raise_error(TypeError, /signal/)
+    end
+
+    it "raises ArgumentError without a block and leaves the handler alone" do
+      previous = proc {}
+      Signal.trap(:USR1, previous)
+      expect { ev.add_signal(:USR1) }.to raise_error(ArgumentError, /block/)
+      expect(Signal.trap(:USR1, previous)).to equal(previous)
+    end
+
+    it "raises Evix::ClosedError on a closed loop" do
+      ev.close
+      expect { ev.add_signal(:USR1) {} }.to raise_error(Evix::ClosedError)
+    end
+  end
+
+  describe "from another thread" do
+    # The block's exception, raised in a new thread and returned here.
+    def in_thread(&block)
+      Thread.new do
+        Thread.current.report_on_exception = false
+        block.call
+      end.value
+    end
+
+    it "raises Evix::Error for the loop's first add_signal" do
+      expect(ev.closed?).to be(false) # the loop belongs to this thread
+      expect { in_thread { ev.add_signal(:USR1) {} } }.to raise_error(Evix::Error, /thread/)
+    end
+
+    it "raises Evix::Error for add_signal and remove_signal once the loop handles a signal" do
+      ev.add_signal(:USR2) {}
+      expect { in_thread { ev.add_signal(:USR1) {} } }.to raise_error(Evix::Error, /thread/)
+      expect { in_thread { ev.remove_signal(:USR2) } }.to raise_error(Evix::Error, /thread/)
+    end
+  end
+
+  it "does not run the parent's block for a signal sent to a forked child" do
+    runs = 0
+    ev.add_signal(:USR1) { runs += 1 }
+    pid = fork do
+      Process.kill(:USR1, Process.pid)
+      sleep 0.05
+      exit!(0)
+    end
+    wait_child(pid)
+    ev.add_timer(0.1) {}
+    ev.run
+    expect(runs).to eq(0)
+  end
+end
