@@ -62,5 +62,7 @@ module Evix
       end
       socket.setsockopt(:TCP, :NODELAY, true)
     end
+
+    private_class_method :numeric?, :attempt, :establish
   end
 end
