@@ -31,6 +31,8 @@ module Evix
       @buffer = String.new(encoding: Encoding::BINARY)
       @waiters = {}
       @eof = false
+      @drained = false
+      @thread = Thread.current
     end
 
     # Reads up to +maxlen+ bytes; nil at end of file.
@@ -128,13 +130,20 @@ module Evix
     end
 
     # Closes the IO; fibers waiting on it raise Evix::ClosedError. Idempotent.
+    # From another thread the close is posted to the loop's thread.
     # @return [nil]
     def close
       return if @io.closed?
 
+      unless Thread.current == @thread
+        @loop.post { close }
+        return
+      end
+
       wake_waiters(READ | WRITE, :closed)
       @idle_timer&.cancel
       @buffer.clear
+      @loop.release_io(@io) unless @loop.closed?
       @io.close
       nil
     end
@@ -155,17 +164,23 @@ module Evix
       raise ClosedError, "IO is closed" if @io.closed?
     end
 
-    # Reads more into the buffer; false at end of file.
+    # Reads more into the buffer; false at end of file. After a short read
+    # the kernel buffer is most likely empty: wait first instead of paying a
+    # read that fails with EAGAIN (the registration is level-triggered, so
+    # data that is already there wakes the wait at once).
     def fill(maxlen, timeout)
       loop do
         return false if @eof
         raise ClosedError, "IO is closed" if @io.closed?
 
+        wait(READ, timeout) if @drained
+        @drained = false
         chunk = @io.read_nonblock(maxlen, exception: false)
         case chunk
-        when :wait_readable then wait(READ, timeout)
+        when :wait_readable then @drained = true
         when nil then return false
         else
+          @drained = chunk.bytesize < maxlen
           @buffer << chunk
           @idle_timer&.again
           return true
@@ -188,37 +203,35 @@ module Evix
     end
 
     def wait(events, timeout)
-      task = Task.current
-      raise Error, "Evix::IO must be used inside a task (Evix::Loop#spawn)" unless task
-      raise ClosedError, "IO is closed" if @io.closed?
+      raise Error, "Evix::IO must be used inside a task (Evix::Loop#spawn)" unless Task.current
+
+      check_open
       return true if events == READ && @eof
 
       fiber = Fiber.current
-      watcher = @loop.add_io(@io, events | ONESHOT) { fiber.resume(:ready) }
-      timer = timeout && @loop.add_timer(timeout) { fiber.resume(:timeout) }
-      @waiters[fiber] = [events, watcher, timer]
-      finish_wait(Fiber.yield, timeout)
+      @waiters[fiber] = events
+      finish_wait(@loop.wait_io(@io, events, timeout), timeout)
     ensure
       @waiters.delete(fiber) if fiber
-      watcher&.cancel
-      timer&.cancel
     end
 
     def finish_wait(outcome, timeout)
+      raise ClosedError, "IO was closed while waiting" if @io.closed?
+
       case outcome
-      when :timeout then raise TimeoutError, "IO operation timed out after #{timeout}s"
+      when Integer, :eof then true
+      when nil then raise TimeoutError, "IO operation timed out after #{timeout}s"
       when :closed then raise ClosedError, "IO was closed while waiting"
-      else true
+      else raise Error, "unexpected resume of a fiber waiting on an Evix::IO: #{outcome.inspect}"
       end
     end
 
+    # Resumes the fibers waiting for +events+ with +outcome+ on the next tick.
     def wake_waiters(events, outcome)
-      @waiters.each do |fiber, (waited, watcher, timer)|
-        next if (waited & events).zero?
+      @waiters.each do |fiber, waited|
+        next if waited.nobits?(events)
 
-        watcher.cancel
-        timer&.cancel
-        @loop.next_tick { fiber.resume(outcome) if fiber.alive? && @waiters.key?(fiber) }
+        @loop.next_tick { fiber.resume(outcome) if @waiters[fiber] == waited }
       end
     end
   end

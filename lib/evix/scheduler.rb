@@ -60,14 +60,7 @@ module Evix
 
     # Fiber::Scheduler hook. @return [Integer, false] ready events, false on timeout
     def io_wait(io, events, timeout = nil)
-      fiber = Fiber.current
-      interest = interest_for(events)
-      watcher = @loop.add_io(io, interest | ONESHOT) { |ready| fiber.resume(ready) }
-      timer = timeout && @loop.add_timer(timeout) { fiber.resume(false) }
-      waiting(io, fiber) { finish_io_wait(Fiber.yield, events) }
-    ensure
-      watcher&.cancel
-      timer&.cancel
+      waiting(io, Fiber.current) { finish_io_wait(@loop.wait_io(io, interest_for(events), timeout), events) }
     end
 
     # Wakes the fibers waiting on +io+ with IOError; IO#close calls this,

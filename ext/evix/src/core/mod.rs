@@ -11,6 +11,7 @@ mod shared;
 mod slab;
 mod timers;
 
+pub use registry::Pin;
 pub use shared::{Closed, Shared, Wake};
 pub use slab::Key;
 
@@ -201,13 +202,23 @@ impl<C: Clone> Loop<C> {
         interest: Interest,
         oneshot: bool,
         callback: C,
+        pin: Option<Pin<C>>,
     ) -> io::Result<Key> {
         let mut poller = self.poller.borrow_mut();
         let backend = poller.backend.as_mut().ok_or_else(closed_error)?;
         self.state
             .borrow_mut()
             .registry
-            .add(backend, fd, interest, oneshot, callback)
+            .add(backend, fd, interest, oneshot, callback, pin)
+    }
+
+    /// Forgets `fd` and removes its watchers before its owner closes it.
+    pub fn release_fd(&self, fd: RawFd) {
+        let mut poller = self.poller.borrow_mut();
+        if let Some(backend) = poller.backend.as_mut() {
+            let removed = self.state.borrow_mut().registry.release(backend, fd);
+            drop(removed);
+        }
     }
 
     /// Removes a watcher; `false` if it was not active. Never an error, even

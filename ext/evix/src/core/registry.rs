@@ -6,6 +6,12 @@
 //! watcher wants is dropped only when such an event actually arrives. Kernel
 //! tokens carry the fd and a generation, so an event for a registration that
 //! was replaced (fd closed and its number reused) is dropped.
+//!
+//! An fd whose last watcher left may have been closed and its number reused,
+//! so watching it again re-syncs the kernel (one `MOD`). A watcher may *pin*
+//! its fd to an owner identity (the Ruby IO object): while the next watcher
+//! comes with the same owner, the fd cannot have been reused (a new fd comes
+//! with a new owner) and the registration is trusted without a syscall.
 
 use super::slab::{Key, Slab};
 use crate::sys::{Backend, Event, Interest, WAKER_TOKEN};
@@ -22,14 +28,24 @@ struct Watcher<C> {
 }
 
 #[derive(Debug)]
-struct FdEntry {
+struct FdEntry<C> {
     generation: u32,
     /// What the kernel was last told (a superset of what watchers want).
     kernel: Interest,
     watchers: Vec<Key>,
+    /// The owner identity that vouches for this registration, and what to
+    /// keep alive with it.
+    pin: Option<Pin<C>>,
 }
 
-impl FdEntry {
+/// An owner identity for an fd registration (see the module docs).
+#[derive(Debug)]
+pub struct Pin<C> {
+    pub owner: u64,
+    pub keep: C,
+}
+
+impl<C> FdEntry<C> {
     fn token(&self, fd: RawFd) -> u64 {
         (u64::from(self.generation) << 32) | fd as u32 as u64
     }
@@ -44,7 +60,7 @@ pub struct Ingested {
 #[derive(Debug)]
 pub struct Registry<C> {
     watchers: Slab<Watcher<C>>,
-    fds: Vec<Option<FdEntry>>,
+    fds: Vec<Option<FdEntry<C>>>,
     next_generation: u32,
     referenced: usize,
     ready: Vec<(Key, Interest)>,
@@ -72,6 +88,7 @@ impl<C: Clone> Registry<C> {
         interest: Interest,
         oneshot: bool,
         callback: C,
+        pin: Option<Pin<C>>,
     ) -> io::Result<Key> {
         if fd < 0 {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
@@ -87,10 +104,18 @@ impl<C: Clone> Registry<C> {
                     generation,
                     kernel: interest,
                     watchers: Vec::new(),
+                    pin,
                 };
                 backend.register(fd, entry.token(fd), interest)?;
                 self.next_generation = generation.wrapping_add(1);
                 self.fds[slot] = Some(entry);
+            }
+            Some(entry) if entry.watchers.is_empty() && same_owner(&entry.pin, &pin) => {
+                let wanted = entry.kernel | interest;
+                if wanted != entry.kernel {
+                    backend.reregister(fd, entry.token(fd), wanted)?;
+                    entry.kernel = wanted;
+                }
             }
             Some(entry) if entry.watchers.is_empty() => {
                 // Nobody watched this fd since its last watcher left: it may have been
@@ -104,6 +129,7 @@ impl<C: Clone> Registry<C> {
                 }
                 self.next_generation = generation.wrapping_add(1);
                 entry.kernel = interest;
+                entry.pin = pin;
             }
             Some(entry) => {
                 let wanted = entry.kernel | interest;
@@ -138,6 +164,22 @@ impl<C: Clone> Registry<C> {
         Some(watcher.callback)
     }
 
+    /// Forgets `fd` before its owner closes it: its watchers are removed
+    /// (none fires later, even for an event already polled) and so is the
+    /// kernel registration, so the fd number is clean for its next owner.
+    pub fn release(&mut self, backend: &mut Backend, fd: RawFd) -> Vec<C> {
+        let Some(Some(entry)) = self.fds.get_mut(fd as usize) else {
+            return Vec::new();
+        };
+        let keys = std::mem::take(&mut entry.watchers);
+        let removed = keys
+            .into_iter()
+            .filter_map(|key| self.remove(key))
+            .collect();
+        self.forget(backend, fd);
+        removed
+    }
+
     pub fn is_active(&self, key: Key) -> bool {
         self.watchers.get(key).is_some()
     }
@@ -164,7 +206,11 @@ impl<C: Clone> Registry<C> {
     }
 
     pub fn callbacks(&self) -> impl Iterator<Item = &C> {
-        self.watchers.values().map(|w| &w.callback)
+        let pins = self
+            .fds
+            .iter()
+            .filter_map(|e| e.as_ref()?.pin.as_ref().map(|p| &p.keep));
+        self.watchers.values().map(|w| &w.callback).chain(pins)
     }
 
     /// Turns kernel events into a ready list of (watcher, interest) and trims
@@ -243,7 +289,7 @@ impl<C: Clone> Registry<C> {
         self.referenced = 0;
     }
 
-    fn entry_mut(&mut self, fd: RawFd) -> &mut FdEntry {
+    fn entry_mut(&mut self, fd: RawFd) -> &mut FdEntry<C> {
         self.fds[fd as usize]
             .as_mut()
             .expect("watched fd has an entry")
@@ -253,4 +299,8 @@ impl<C: Clone> Registry<C> {
         let _ = backend.deregister(fd);
         self.fds[fd as usize] = None;
     }
+}
+
+fn same_owner<C>(a: &Option<Pin<C>>, b: &Option<Pin<C>>) -> bool {
+    matches!((a, b), (Some(a), Some(b)) if a.owner == b.owner)
 }

@@ -68,7 +68,7 @@ fn phases_run_in_order() {
         write_byte(w);
         lp.defer(logger(&log, "deferred"));
         lp.add_timer(Duration::ZERO, None, logger(&log, "timer"));
-        lp.add_watcher(r, Interest::READ, true, logger(&log, "io"))
+        lp.add_watcher(r, Interest::READ, true, logger(&log, "io"), None)
             .unwrap();
         lp.next_tick(logger(&log, "immediate"));
         std::thread::sleep(Duration::from_millis(2));
@@ -139,9 +139,10 @@ fn stale_events_never_reach_a_removed_watcher_or_a_reused_fd() {
                         let (nr, nw) = pipe();
                         assert_eq!(nr, other_fd, "the fd number is reused");
                         replacement.set(Some((nr, nw)));
-                        lp.add_watcher(nr, Interest::READ, false, logger(&log, "new"))
+                        lp.add_watcher(nr, Interest::READ, false, logger(&log, "new"), None)
                             .unwrap();
                     }),
+                    None,
                 )
                 .unwrap();
             keys.borrow_mut().push((key, fd));
@@ -177,7 +178,7 @@ fn watchers_share_one_fd_and_oneshot_is_removed_first() {
         let log: Log = Default::default();
         let (r, w) = pipe();
         write_byte(w);
-        lp.add_watcher(r, Interest::READ, false, logger(&log, "a"))
+        lp.add_watcher(r, Interest::READ, false, logger(&log, "a"), None)
             .unwrap();
         let oneshot_key = Rc::new(Cell::new(None));
         let (log2, k2) = (log.clone(), oneshot_key.clone());
@@ -190,11 +191,12 @@ fn watchers_share_one_fd_and_oneshot_is_removed_first() {
                     let active = lp.watcher_active(k2.get().unwrap());
                     log2.borrow_mut().push(format!("b active={active}"));
                 }),
+                None,
             )
             .unwrap();
         oneshot_key.set(Some(key));
         let wkey = lp
-            .add_watcher(w, Interest::WRITE, false, logger(&log, "w"))
+            .add_watcher(w, Interest::WRITE, false, logger(&log, "w"), None)
             .unwrap();
         once(&lp);
         once(&lp);
@@ -337,7 +339,7 @@ fn bad_fds_fail_at_the_call() {
     each_backend(|kind| {
         let lp: TestLoop = Loop::new(kind).unwrap();
         let err = lp
-            .add_watcher(9999, Interest::READ, false, cb(|_, _| {}))
+            .add_watcher(9999, Interest::READ, false, cb(|_, _| {}), None)
             .unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EBADF), "{kind:?}");
         assert_eq!(lp.stats().watchers, 0);
@@ -359,4 +361,73 @@ fn timer_again_and_cancel() {
     assert!(!lp.cancel_timer(key));
     lp.run(RunMode::Default, &mut Calls(&lp)).unwrap();
     assert_eq!(*log.borrow(), ["t"]);
+}
+
+#[test]
+fn pinned_fds_are_trusted_only_for_their_owner() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let log: Log = Default::default();
+        let pin = |owner| {
+            Some(Pin {
+                owner,
+                keep: cb(|_, _| {}),
+            })
+        };
+        let (r, w) = pipe();
+        for round in 0..2 {
+            lp.add_watcher(r, Interest::READ, true, logger(&log, "old"), pin(1))
+                .unwrap();
+            write_byte(w);
+            once(&lp);
+            assert_eq!(
+                log.borrow().len(),
+                round + 1,
+                "{kind:?}: the same owner waits again"
+            );
+            let mut buf = [0u8; 8];
+            // SAFETY: test helper draining the pipe into a live buffer.
+            unsafe { libc::read(r, buf.as_mut_ptr() as *mut libc::c_void, 8) };
+        }
+        close(r);
+        close(w);
+        // The numbers come back for a new pipe: a new owner must re-sync.
+        let (r2, w2) = pipe();
+        assert_eq!(r2, r);
+        lp.add_watcher(r2, Interest::READ, true, logger(&log, "new"), pin(2))
+            .unwrap();
+        write_byte(w2);
+        once(&lp);
+        assert_eq!(
+            log.borrow().last().map(String::as_str),
+            Some("new"),
+            "{kind:?}"
+        );
+        close(r2);
+        close(w2);
+    });
+}
+
+#[test]
+fn releasing_an_fd_removes_its_watchers() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let log: Log = Default::default();
+        let (r, w) = pipe();
+        write_byte(w);
+        let key = lp
+            .add_watcher(r, Interest::READ, false, logger(&log, "released"), None)
+            .unwrap();
+        lp.release_fd(r);
+        assert!(!lp.watcher_active(key));
+        once(&lp);
+        assert!(log.borrow().is_empty(), "{kind:?}");
+        // The fd can be watched again afterwards.
+        lp.add_watcher(r, Interest::READ, true, logger(&log, "again"), None)
+            .unwrap();
+        once(&lp);
+        assert_eq!(*log.borrow(), ["again"], "{kind:?}");
+        close(r);
+        close(w);
+    });
 }

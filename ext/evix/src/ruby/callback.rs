@@ -1,34 +1,63 @@
-//! What the core stores for Ruby: a block plus an object to keep alive with
-//! it (a watcher's IO), and the driver that calls blocks for the core.
+//! What the core stores for Ruby: a block (or a fiber to resume) plus an
+//! object to keep alive with it (a watcher's IO), and the driver that calls
+//! them for the core.
 
 use super::{errors, nogvl};
 use crate::core::{Driver, Fire, Wake};
-use magnus::{block::Proc, gc::Marker, value::Opaque, Error, Ruby, Value};
+use magnus::{block::Proc, gc::Marker, value::Opaque, Error, Fiber, Ruby, Value};
 use std::io;
 
 #[derive(Clone, Copy)]
+enum Target {
+    Block(Opaque<Proc>),
+    /// Resumed directly with the ready bits (or nil from a timer): a waiting
+    /// fiber costs no Proc and no extra call.
+    Fiber(Opaque<Fiber>),
+    /// Only kept alive (a pinned IO).
+    Nothing,
+}
+
+#[derive(Clone, Copy)]
 pub struct Callback {
-    block: Opaque<Proc>,
+    target: Target,
     keep: Option<Opaque<Value>>,
 }
 
 impl Callback {
     pub fn new(block: Proc) -> Callback {
         Callback {
-            block: block.into(),
+            target: Target::Block(block.into()),
             keep: None,
         }
     }
 
     pub fn keeping(block: Proc, keep: Value) -> Callback {
         Callback {
-            block: block.into(),
+            target: Target::Block(block.into()),
+            keep: Some(keep.into()),
+        }
+    }
+
+    pub fn resume(fiber: Fiber, keep: Option<Value>) -> Callback {
+        Callback {
+            target: Target::Fiber(fiber.into()),
+            keep: keep.map(Into::into),
+        }
+    }
+
+    pub fn keep_alive(keep: Value) -> Callback {
+        Callback {
+            target: Target::Nothing,
             keep: Some(keep.into()),
         }
     }
 
     pub fn mark(&self, marker: &Marker) {
-        marker.mark(self.block);
+        match self.target {
+            Target::Block(block) => marker.mark(block),
+            Target::Fiber(fiber) => marker.mark(fiber),
+            Target::Nothing => {}
+        }
         if let Some(keep) = self.keep {
             marker.mark(keep);
         }
@@ -44,10 +73,25 @@ impl Driver<Callback> for RubyDriver<'_> {
     type Error = Error;
 
     fn invoke(&mut self, callback: Callback, fire: Fire) -> Result<(), Error> {
-        let block = self.ruby.get_inner(callback.block);
-        match fire {
-            Fire::Io(ready) => block.call::<_, Value>((ready.bits(),)).map(drop),
-            _ => block.call::<_, Value>(()).map(drop),
+        match callback.target {
+            Target::Block(block) => {
+                let block = self.ruby.get_inner(block);
+                match fire {
+                    Fire::Io(ready) => block.call::<_, Value>((ready.bits(),)).map(drop),
+                    _ => block.call::<_, Value>(()).map(drop),
+                }
+            }
+            Target::Fiber(fiber) => {
+                let fiber = self.ruby.get_inner(fiber);
+                if !fiber.is_alive() {
+                    return Ok(());
+                }
+                match fire {
+                    Fire::Io(ready) => fiber.resume::<_, Value>((ready.bits(),)).map(drop),
+                    _ => fiber.resume::<_, Value>((self.ruby.qnil(),)).map(drop),
+                }
+            }
+            Target::Nothing => Ok(()),
         }
     }
 

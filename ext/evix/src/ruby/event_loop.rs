@@ -5,8 +5,9 @@ use super::callback::{required_block, Callback, RubyDriver};
 use super::errors;
 use super::timer::RbTimer;
 use super::watcher::RbWatcher;
-use crate::core::{Loop, RunError, RunMode};
+use crate::core::{Loop, Pin, RunError, RunMode};
 use crate::sys::{fork, BackendKind};
+use magnus::rb_sys::AsRawValue;
 use magnus::{
     function, gc::Marker, method, prelude::*, scan_args, typed_data::Obj, DataTypeFunctions, Error,
     RHash, RModule, Ruby, Symbol, TypedData, Value,
@@ -142,11 +143,53 @@ impl RbLoop {
             None => Callback::new(block),
         };
         let key = errors::guard(ruby, || {
-            core.add_watcher(fd, interest, oneshot, callback)
+            core.add_watcher(fd, interest, oneshot, callback, None)
                 .map_err(|e| errors::os(ruby, e, &format!("add_io(fd {fd})")))
         })?;
         let bits = i64::from(interest.bits()) | if oneshot { args::ONESHOT } else { 0 };
         Ok(ruby.obj_wrap(RbWatcher::new(rb_self, key, bits)))
+    }
+
+    /// Suspends the calling fiber until `io` is ready for `events` and
+    /// returns the ready bits, or nil once `timeout` passed. Whatever else
+    /// resumes the fiber meanwhile is returned as is. The fd's registration
+    /// is pinned to `io` (see `core::Pin`), so waiting again costs no syscall.
+    fn wait_io(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<Value, Error> {
+        let core = rb_self.usable(ruby)?;
+        let args = scan_args::scan_args::<(Value, Value), (Option<Value>,), (), (), (), ()>(args)?;
+        let (target, events) = args.required;
+        let (fd, keep) = descriptor(ruby, target)?;
+        let (interest, _) = args::events(ruby, events)?;
+        let timeout = match args.optional.0.filter(|v| !v.is_nil()) {
+            Some(value) => Some(args::seconds(ruby, value, "timeout")?),
+            None => None,
+        };
+        let fiber = ruby.fiber_current();
+        let pin = keep.map(|io| Pin {
+            owner: io.as_raw(),
+            keep: Callback::keep_alive(io),
+        });
+        let watcher = errors::guard(ruby, || {
+            core.add_watcher(fd, interest, true, Callback::resume(fiber, keep), pin)
+                .map_err(|e| errors::os(ruby, e, &format!("wait_io(fd {fd})")))
+        })?;
+        let timer = timeout.map(|t| core.add_timer(t, None, Callback::resume(fiber, None)));
+        let result = ruby.fiber_yield::<_, Value>(());
+        // Whatever resumed us, neither may fire later.
+        core.cancel_watcher(watcher);
+        if let Some(timer) = timer {
+            core.cancel_timer(timer);
+        }
+        result
+    }
+
+    /// Forgets `io`'s registration and removes its watchers before it is closed.
+    fn release_io(ruby: &Ruby, rb_self: &Self, target: Value) -> Result<(), Error> {
+        let core = rb_self.usable(ruby)?;
+        if let (fd, Some(_)) = descriptor(ruby, target)? {
+            core.release_fd(fd);
+        }
+        Ok(())
     }
 
     fn post(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
@@ -330,6 +373,8 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("defer", method!(RbLoop::defer, 0))?;
     class.define_method("add_timer", method!(RbLoop::add_timer, -1))?;
     class.define_method("add_io", method!(RbLoop::add_io, 2))?;
+    class.define_method("wait_io", method!(RbLoop::wait_io, -1))?;
+    class.define_method("release_io", method!(RbLoop::release_io, 1))?;
     class.define_method("post", method!(RbLoop::post, 0))?;
     class.define_method("wakeup", method!(RbLoop::wakeup, 0))?;
     class.define_method("run", method!(RbLoop::run, -1))?;
