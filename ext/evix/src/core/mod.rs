@@ -62,6 +62,12 @@ pub trait Driver<C> {
 
     fn invoke(&mut self, callback: C, fire: Fire) -> Result<(), Self::Error>;
 
+    /// Whether blocking costs much more than a non-blocking poll (the Ruby
+    /// driver releases the GVL to block), so the loop should look first.
+    fn blocking_is_costly(&self) -> bool {
+        false
+    }
+
     /// Runs `wait`, which may block; `wake` interrupts it from another thread.
     /// The default simply calls it.
     fn block(
@@ -390,7 +396,10 @@ impl<C: Clone> Loop<C> {
         }
     }
 
-    /// Phase 3: wait in the backend; the driver blocks only if `timeout` != 0.
+    /// Phase 3: wait in the backend. The driver blocks only if `timeout` != 0
+    /// and a non-blocking look found nothing ready: under load something
+    /// usually is, and blocking (releasing Ruby's GVL) costs far more than
+    /// that look.
     fn poll<D: Driver<C>>(
         &self,
         driver: &mut D,
@@ -399,6 +408,14 @@ impl<C: Clone> Loop<C> {
         let mut poller = self.poller.borrow_mut();
         let Poller { backend, events } = &mut *poller;
         let backend = backend.as_mut().ok_or(RunError::<D::Error>::Closed)?;
+        if timeout != Some(Duration::ZERO) && driver.blocking_is_costly() {
+            backend
+                .wait(events, Some(Duration::ZERO))
+                .map_err(RunError::Io)?;
+            if !events.is_empty() {
+                return Ok(());
+            }
+        }
         let result = if timeout == Some(Duration::ZERO) || !self.shared.prepare_block() {
             backend.wait(events, Some(Duration::ZERO))
         } else {

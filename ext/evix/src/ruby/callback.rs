@@ -95,6 +95,10 @@ impl Driver<Callback> for RubyDriver<'_> {
         }
     }
 
+    fn blocking_is_costly(&self) -> bool {
+        true
+    }
+
     fn block(
         &mut self,
         wake: &Wake,
