@@ -431,3 +431,5 @@ fn releasing_an_fd_removes_its_watchers() {
         close(w);
     });
 }
+
+mod model;
