@@ -20,7 +20,7 @@ Gem::Specification.new do |spec|
   # extension builds with `cargo build --locked`), signatures and the CLI. Never
   # specs, benchmarks or build output.
   root = __dir__
-  dirs = %w[lib ext sig exe]
+  dirs = %w[lib ext sig exe examples]
   root_files = %w[Cargo.toml Cargo.lock README.md LICENSE]
   build_output = %r{(\A|/)target/|\.(so|bundle|dll|dylib|o)\z|(\A|/)(Makefile|mkmf\.log)\z}
   candidates =

@@ -64,7 +64,7 @@ module Compat
       cargo build --release --locked -p evix
       mkdir -p lib/evix/3.3 && rm -f lib/evix/3.3/evix.so
       cp target/ruby33/release/libevix.so lib/evix/3.3/evix.so
-      rspec spec/evix
+      rspec spec/evix spec/examples
     SH
   end
 end

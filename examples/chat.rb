@@ -1,0 +1,182 @@
+# frozen_string_literal: true
+
+require_relative "runner"
+
+module Evix
+  module Examples
+    # A chat room. Every line a client sends goes to all the others as
+    # "name: line". New clients are called guest1, guest2, ...; `/nick NAME`
+    # renames. A client silent for `idle` seconds is kicked. The first line a
+    # new client gets is the content of the welcome file, re-read on SIGHUP.
+    #
+    # Nobody writes to a socket from another client's fiber: each member has
+    # an outbox (a queue and a writer task), so a slow reader only delays
+    # itself, never the room.
+    class Chat
+      include Runner
+
+      DEFAULT_WELCOME = "Welcome to the evix chat! Type /nick NAME to choose a name."
+      NAME = /\A\S{1,32}\z/
+      MAX_LINE = 4096 # bytes; a longer line arrives in pieces, so memory per client stays bounded
+
+      def initialize(host: "127.0.0.1", port: 7001, idle: 60, welcome: "welcome.txt")
+        @host = host
+        @port = port
+        @idle = idle
+        @welcome_path = welcome
+        @welcome = DEFAULT_WELCOME
+        @members = {} # name => Member
+        @guests = 0
+      end
+
+      # @return [Evix::TCPServer]
+      def start(evloop)
+        @loop = evloop
+        reload_welcome
+        evloop.add_signal(:HUP) { reload_welcome }
+        Evix::TCPServer.new(evloop, @host, @port) { |client| serve(client) }
+      end
+
+      # Tells everyone, then drains: every queued line is written before the
+      # connections close.
+      def stop(server)
+        broadcast("* the server is shutting down")
+        super
+      end
+
+      # Re-reads the welcome file; a missing or unreadable one keeps the old text.
+      def reload_welcome
+        @welcome = File.read(@welcome_path).chomp
+      rescue SystemCallError, IOError => e
+        warn "evix chat: keeping the current welcome text: #{e.message}"
+      end
+
+      private
+
+      def serve(client)
+        member = join(client)
+        while (line = client.gets("\n", MAX_LINE, timeout: @idle))
+          hear(member, line.chomp)
+        end
+        leave(member, "left")
+      rescue Evix::TimeoutError
+        member.say("* you were idle for #{format("%g", @idle)}s, bye")
+        leave(member, "was kicked (idle for #{format("%g", @idle)}s)")
+      rescue Evix::ClosedError, SystemCallError
+        leave(member, "left")
+      ensure
+        member&.finish # the connection closes once this member's queue is written
+      end
+
+      def join(client)
+        member = Member.new(@loop, client, guest_name)
+        member.say(@welcome) unless @welcome.empty?
+        member.say("* you are #{member.name}")
+        broadcast("* #{member.name} joined")
+        @members[member.name] = member
+      end
+
+      def leave(member, why)
+        return unless @members.delete(member.name)
+
+        broadcast("* #{member.name} #{why}")
+      end
+
+      def hear(member, line)
+        return if line.strip.empty?
+
+        command, argument = line.split(" ", 2)
+        case command
+        when "/nick" then nick(member, argument.to_s.strip)
+        when %r{\A/} then member.say("* unknown command #{command} (try /nick NAME)")
+        else broadcast("#{member.name}: #{line}", except: member)
+        end
+      end
+
+      def nick(member, name)
+        if !name.match?(NAME)
+          member.say("* usage: /nick NAME (no spaces, at most 32 characters)")
+        elsif @members.key?(name)
+          member.say("* the name #{name} is taken")
+        else
+          old = member.name
+          @members[name] = @members.delete(old)
+          member.name = name
+          member.say("* you are now #{name}")
+          broadcast("* #{old} is now #{name}", except: member)
+        end
+      end
+
+      def broadcast(line, except: nil)
+        @members.each_value { |member| member.say(line) unless member.equal?(except) }
+      end
+
+      def guest_name
+        loop do
+          @guests += 1
+          name = "guest#{@guests}"
+          return name unless @members.key?(name)
+        end
+      end
+
+      # One client's outgoing side: an Array of lines and a writer task that
+      # sleeps in Fiber.yield while the Array is empty. `say` never blocks; it
+      # wakes the writer through loop.next_tick. A client that takes no data
+      # for WRITE_TIMEOUT seconds, or is gone, is disconnected.
+      class Member
+        WRITE_TIMEOUT = 30
+
+        attr_accessor :name
+
+        def initialize(evloop, client, name)
+          @loop = evloop
+          @client = client
+          @name = name
+          @queue = []
+          @finishing = false
+          @sleeping = nil # the writer's fiber while it waits for lines
+          @writer = evloop.spawn { write_queued }
+        end
+
+        # Queues a line for this client.
+        def say(line)
+          return if @finishing
+
+          @queue << "#{line}\n"
+          wake
+        end
+
+        # Waits until every queued line is written (or the client is gone).
+        def finish
+          @finishing = true
+          wake
+          @writer.wait
+        end
+
+        private
+
+        def write_queued
+          loop do
+            @client.write(@queue.shift, timeout: WRITE_TIMEOUT) until @queue.empty?
+            break if @finishing
+
+            @sleeping = Fiber.current
+            Fiber.yield
+          end
+        rescue Evix::ClosedError, Evix::TimeoutError, SystemCallError
+          # Gone or stuck: drop what it will never read. Closing wakes the
+          # connection's reader with Evix::ClosedError, so it leaves the room.
+          @finishing = true
+          @queue.clear
+          @client.close
+        end
+
+        def wake
+          fiber = @sleeping
+          @sleeping = nil
+          @loop.next_tick { fiber.resume } if fiber
+        end
+      end
+    end
+  end
+end
