@@ -8,6 +8,8 @@ module Evix
   # watcher plus Fiber.yield) only when the kernel says it would block.
   class IO
     CHUNK = 16 * 1024
+    # Full reads in a row before a read gives the other fibers a turn.
+    FAIR_READS = 16
 
     # @return [Numeric, nil] seconds each operation may wait (nil: no limit)
     attr_accessor :timeout
@@ -32,6 +34,7 @@ module Evix
       @waiters = {}
       @eof = false
       @drained = false
+      @streak = 0
       @thread = Thread.current
     end
 
@@ -167,13 +170,15 @@ module Evix
     # Reads more into the buffer; false at end of file. After a short read
     # the kernel buffer is most likely empty: wait first instead of paying a
     # read that fails with EAGAIN (the registration is level-triggered, so
-    # data that is already there wakes the wait at once).
+    # data that is already there wakes the wait at once). After FAIR_READS
+    # full reads in a row it waits too, so a peer that never stops sending
+    # cannot keep the loop to itself.
     def fill(maxlen, timeout)
       loop do
         return false if @eof
         raise ClosedError, "IO is closed" if @io.closed?
 
-        wait(READ, timeout) if @drained
+        wait(READ, timeout) if @drained || (@streak += 1) > FAIR_READS
         @drained = false
         chunk = @io.read_nonblock(maxlen, exception: false)
         case chunk
@@ -181,6 +186,7 @@ module Evix
         when nil then return false
         else
           @drained = chunk.bytesize < maxlen
+          @streak = 0 if @drained
           @buffer << chunk
           @idle_timer&.again
           return true
