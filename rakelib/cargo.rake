@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "fileutils"
+require "json"
 require_relative "evix_build"
 
 desc "Build the extension (cargo build --release) into lib/evix/evix.so"
@@ -27,6 +28,20 @@ namespace :cargo do
     sh EvixBuild.cargo_env, EvixBuild.cargo, "clippy", "--locked", "--all-targets", "--", "-D", "warnings"
     sh EvixBuild.cargo_env, EvixBuild.cargo, "clippy", "--locked", "--all-targets", "--no-default-features",
        "--", "-D", "warnings"
+  end
+
+  desc "Run the Rust core's test binary (debug, overflow checks) under valgrind memcheck"
+  task :valgrind do
+    args = ["test", "--locked", "-p", "evix", "--no-default-features", "--no-run", "--message-format=json"]
+    out = IO.popen(EvixBuild.cargo_env, [EvixBuild.cargo, *args], &:read)
+    abort "cargo test --no-run failed" unless Process.last_status.success?
+    binary = out.lines.map { |line| JSON.parse(line) }
+                .find { |msg| msg["reason"] == "compiler-artifact" && msg["executable"] && msg["target"]["name"] == "evix" }
+                &.fetch("executable")
+    abort "no test binary found" unless binary
+    # Fewer random cases: valgrind runs the binary about 50 times slower.
+    sh({ "EVIX_PROPTEST_CASES" => "16" }, "valgrind", "--quiet", "--error-exitcode=1", "--leak-check=full",
+       "--errors-for-leak-kinds=definite", "--trace-children=no", binary, "--test-threads=1")
   end
 
   desc "Check Rust formatting (cargo fmt --check)"

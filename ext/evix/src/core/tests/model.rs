@@ -166,10 +166,11 @@ fn run_case(kind: BackendKind, ops: &[Op]) {
             Op::Again { timer, delay_ms } if !timers.is_empty() => {
                 let (id, key) = timers[timer % timers.len()];
                 let delay = Duration::from_millis(delay_ms);
+                // Read the clock before the loop does: the model's deadline
+                // must not be later than the loop's.
+                let deadline = Instant::now() + delay;
                 if lp.timer_again(key, delay) {
-                    seen.borrow_mut()
-                        .deadlines
-                        .insert(id, Instant::now() + delay);
+                    seen.borrow_mut().deadlines.insert(id, deadline);
                 }
             }
             Op::AddWatcher { pipe, oneshot } => {
