@@ -4,8 +4,17 @@
 
 use super::{errors, nogvl};
 use crate::core::{Driver, Fire, Wake};
-use magnus::{block::Proc, gc::Marker, value::Opaque, Error, Fiber, Ruby, Value};
+use magnus::{
+    block::Proc,
+    gc::Marker,
+    prelude::*,
+    typed_data::Writebarrier,
+    value::{LazyId, Opaque},
+    Error, Fiber, Ruby, Value,
+};
 use std::io;
+
+static CALL: LazyId = LazyId::new("call");
 
 #[derive(Clone, Copy)]
 enum Target {
@@ -52,6 +61,20 @@ impl Callback {
         }
     }
 
+    /// Tells the GC that `owner` (a write-barrier protected object) now
+    /// references this callback's objects. Every insertion into the loop
+    /// must call this, or a minor GC could free them.
+    pub fn barrier(&self, owner: &impl Writebarrier) {
+        match self.target {
+            Target::Block(block) => owner.writebarrier(block),
+            Target::Fiber(fiber) => owner.writebarrier(fiber),
+            Target::Nothing => {}
+        }
+        if let Some(keep) = self.keep {
+            owner.writebarrier(keep);
+        }
+    }
+
     pub fn mark(&self, marker: &Marker) {
         match self.target {
             Target::Block(block) => marker.mark(block),
@@ -75,11 +98,14 @@ impl Driver<Callback> for RubyDriver<'_> {
     fn invoke(&mut self, callback: Callback, fire: Fire) -> Result<(), Error> {
         match callback.target {
             Target::Block(block) => {
+                // `Proc#call` through funcall passes the arguments on the C
+                // stack; `Proc::call` would allocate an Array per dispatch.
                 let block = self.ruby.get_inner(block);
                 match fire {
-                    Fire::Io(ready) => block.call::<_, Value>((ready.bits(),)).map(drop),
-                    _ => block.call::<_, Value>(()).map(drop),
+                    Fire::Io(ready) => block.funcall::<_, _, Value>(*CALL, (ready.bits(),)),
+                    _ => block.funcall::<_, _, Value>(*CALL, ()),
                 }
+                .map(drop)
             }
             Target::Fiber(fiber) => {
                 let fiber = self.ruby.get_inner(fiber);

@@ -26,7 +26,7 @@ fn current_thread() -> u64 {
 }
 
 #[derive(TypedData)]
-#[magnus(class = "Evix::Loop", free_immediately, size, mark)]
+#[magnus(class = "Evix::Loop", free_immediately, size, mark, wb_protected)]
 pub struct RbLoop {
     core: Loop<Callback>,
     owner: u64,
@@ -90,15 +90,24 @@ impl RbLoop {
         self.usable(ruby).map(Some)
     }
 
-    fn next_tick(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+    /// `callback`, after telling the GC the loop now holds its objects (the
+    /// loop is write-barrier protected, so minor GCs skip its mark function).
+    pub fn retain(rb_self: &Obj<Self>, callback: Callback) -> Callback {
+        callback.barrier(rb_self);
+        callback
+    }
+
+    fn next_tick(ruby: &Ruby, rb_self: Obj<Self>) -> Result<(), Error> {
         let core = rb_self.usable(ruby)?;
-        core.next_tick(Callback::new(required_block(ruby, "next_tick")?));
+        let block = required_block(ruby, "next_tick")?;
+        core.next_tick(Self::retain(&rb_self, Callback::new(block)));
         Ok(())
     }
 
-    fn defer(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+    fn defer(ruby: &Ruby, rb_self: Obj<Self>) -> Result<(), Error> {
         let core = rb_self.usable(ruby)?;
-        core.defer(Callback::new(required_block(ruby, "defer")?));
+        let block = required_block(ruby, "defer")?;
+        core.defer(Self::retain(&rb_self, Callback::new(block)));
         Ok(())
     }
 
@@ -142,6 +151,7 @@ impl RbLoop {
             Some(io) => Callback::keeping(block, io),
             None => Callback::new(block),
         };
+        let callback = Self::retain(&rb_self, callback);
         let key = errors::guard(ruby, || {
             core.add_watcher(fd, interest, oneshot, callback, None)
                 .map_err(|e| errors::os(ruby, e, &format!("add_io(fd {fd})")))
@@ -154,7 +164,7 @@ impl RbLoop {
     /// returns the ready bits, or nil once `timeout` passed. Whatever else
     /// resumes the fiber meanwhile is returned as is. The fd's registration
     /// is pinned to `io` (see `core::Pin`), so waiting again costs no syscall.
-    fn wait_io(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<Value, Error> {
+    fn wait_io(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Value, Error> {
         let core = rb_self.usable(ruby)?;
         let args = scan_args::scan_args::<(Value, Value), (Option<Value>,), (), (), (), ()>(args)?;
         let (target, events) = args.required;
@@ -167,13 +177,14 @@ impl RbLoop {
         let fiber = ruby.fiber_current();
         let pin = keep.map(|io| Pin {
             owner: io.as_raw(),
-            keep: Callback::keep_alive(io),
+            keep: Self::retain(&rb_self, Callback::keep_alive(io)),
         });
+        let resume = Self::retain(&rb_self, Callback::resume(fiber, keep));
         let watcher = errors::guard(ruby, || {
-            core.add_watcher(fd, interest, true, Callback::resume(fiber, keep), pin)
+            core.add_watcher(fd, interest, true, resume, pin)
                 .map_err(|e| errors::os(ruby, e, &format!("wait_io(fd {fd})")))
         })?;
-        let timer = timeout.map(|t| core.add_timer(t, None, Callback::resume(fiber, None)));
+        let timer = timeout.map(|t| core.add_timer(t, None, resume));
         let result = ruby.fiber_yield::<_, Value>(());
         // Whatever resumed us, neither may fire later.
         core.cancel_watcher(watcher);
@@ -192,13 +203,13 @@ impl RbLoop {
         Ok(())
     }
 
-    fn post(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+    fn post(ruby: &Ruby, rb_self: Obj<Self>) -> Result<(), Error> {
         rb_self.not_forked(ruby)?;
         let block = required_block(ruby, "post")?;
         rb_self
             .core
             .shared()
-            .post(Callback::new(block))
+            .post(Self::retain(&rb_self, Callback::new(block)))
             .map_err(|_| errors::closed(ruby, "loop"))
     }
 

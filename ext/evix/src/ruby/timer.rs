@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::time::Duration;
 
 #[derive(TypedData)]
-#[magnus(class = "Evix::Timer", free_immediately, size, mark)]
+#[magnus(class = "Evix::Timer", free_immediately, size, mark, wb_protected)]
 pub struct RbTimer {
     owner: Opaque<Obj<RbLoop>>,
     key: Cell<Key>,
@@ -76,7 +76,8 @@ impl RbTimer {
         let delay = rb_self.delay.get();
         if !core.timer_again(rb_self.key.get(), delay) {
             let block = ruby.get_inner(rb_self.block);
-            let key = core.add_timer(delay, rb_self.interval, Callback::new(block));
+            let callback = RbLoop::retain(&owner, Callback::new(block));
+            let key = core.add_timer(delay, rb_self.interval, callback);
             rb_self.key.set(key);
             core.timer_set_ref(key, rb_self.referenced.get());
         }

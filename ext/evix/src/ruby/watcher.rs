@@ -9,7 +9,7 @@ use magnus::{
 use std::cell::Cell;
 
 #[derive(TypedData)]
-#[magnus(class = "Evix::Watcher", free_immediately, size, mark)]
+#[magnus(class = "Evix::Watcher", free_immediately, size, mark, wb_protected)]
 pub struct RbWatcher {
     owner: Opaque<Obj<RbLoop>>,
     key: Key,
