@@ -21,14 +21,11 @@ module Evix
     # Suspends the calling task for +seconds+.
     # @return [nil]
     def sleep(seconds)
-      fiber = Fiber.current
       raise Error, "Evix::Loop#sleep must be called inside a task" unless Task.current
+      raise ArgumentError, "seconds must not be nil" if seconds.nil?
 
-      timer = add_timer(seconds) { fiber.resume }
-      Fiber.yield
+      suspend(seconds)
       nil
-    ensure
-      timer&.cancel
     end
 
     # Runs the block on the offload pool and returns its value to the calling

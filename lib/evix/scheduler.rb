@@ -86,11 +86,9 @@ module Evix
     def block(_blocker, timeout = nil)
       fiber = Fiber.current
       @blocked[fiber] = true
-      timer = timeout && @loop.add_timer(timeout) { wake(fiber, false) }
-      Fiber.yield
+      @loop.suspend(timeout) ? true : false
     ensure
       @blocked.delete(fiber)
-      timer&.cancel
     end
 
     # Fiber::Scheduler hook; may be called from any thread.

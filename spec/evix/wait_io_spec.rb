@@ -2,7 +2,7 @@
 
 require "spec_helper"
 
-RSpec.describe "Evix::Loop#wait_io and #release_io" do
+RSpec.describe "Evix::Loop#wait_io, #suspend and #release_io" do
   let!(:ev) { new_loop }
 
   def in_task(&)
@@ -69,6 +69,22 @@ RSpec.describe "Evix::Loop#wait_io and #release_io" do
     r, = pipe
     expect { ev.wait_io(r, Evix::READ) }.to raise_error(FiberError)
     expect(ev.stats[:watchers]).to eq(0)
+  end
+
+  it "suspend returns what resumed the fiber, or nil after the timeout, and leaves no timer" do
+    got = []
+    task = ev.spawn do
+      got << ev.suspend
+      got << ev.suspend(0.01)
+    end
+    ev.run_once(0)
+    ev.next_tick { task.resume(:hello) }
+    took = elapsed { ev.run }
+    expect(got).to eq([:hello, nil])
+    expect(took).to be_between(0.005, 1)
+    expect(ev.stats[:timers]).to eq(0)
+    expect { in_task { ev.suspend(-1) } }.to raise_error(ArgumentError, /timeout/)
+    expect { ev.suspend(0) }.to raise_error(FiberError)
   end
 
   it "release_io removes the IO's watchers so none fires after the IO is closed" do

@@ -194,6 +194,25 @@ impl RbLoop {
         result
     }
 
+    /// Suspends the calling fiber until something resumes it, or until
+    /// `timeout` seconds passed (then it returns nil); returns what it was
+    /// resumed with. One timer and no Ruby object per call.
+    fn suspend(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Value, Error> {
+        let core = rb_self.usable(ruby)?;
+        let args = scan_args::scan_args::<(), (Option<Value>,), (), (), (), ()>(args)?;
+        let timeout = match args.optional.0.filter(|v| !v.is_nil()) {
+            Some(value) => Some(args::seconds(ruby, value, "timeout")?),
+            None => None,
+        };
+        let resume = Self::retain(&rb_self, Callback::resume(ruby.fiber_current(), None));
+        let timer = timeout.map(|t| core.add_timer(t, None, resume));
+        let result = ruby.fiber_yield::<_, Value>(());
+        if let Some(timer) = timer {
+            core.cancel_timer(timer);
+        }
+        result
+    }
+
     /// Forgets `io`'s registration and removes its watchers before it is closed.
     fn release_io(ruby: &Ruby, rb_self: &Self, target: Value) -> Result<(), Error> {
         let core = rb_self.usable(ruby)?;
@@ -386,6 +405,7 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("add_io", method!(RbLoop::add_io, 2))?;
     class.define_method("wait_io", method!(RbLoop::wait_io, -1))?;
     class.define_method("release_io", method!(RbLoop::release_io, 1))?;
+    class.define_method("suspend", method!(RbLoop::suspend, -1))?;
     class.define_method("post", method!(RbLoop::post, 0))?;
     class.define_method("wakeup", method!(RbLoop::wakeup, 0))?;
     class.define_method("run", method!(RbLoop::run, -1))?;
