@@ -2,9 +2,9 @@
 //! waker. Wake-ups coalesce: the waker is written only while the loop is
 //! blocked (or about to block) and no wake is already pending.
 
-use crate::sys::Waker;
+use crate::sys::{wake_fd, Waker};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::SeqCst};
 use std::sync::Mutex;
 
 #[derive(Debug)]
@@ -12,14 +12,18 @@ pub struct Wake {
     sleeping: AtomicBool,
     woken: AtomicBool,
     waker: Mutex<Option<Waker>>,
+    /// The waker's write end, -1 once closed, for `force_from_signal`.
+    write_fd: AtomicI32,
 }
 
 impl Wake {
     fn new() -> io::Result<Wake> {
+        let waker = Waker::new()?;
         Ok(Wake {
             sleeping: AtomicBool::new(false),
             woken: AtomicBool::new(false),
-            waker: Mutex::new(Some(Waker::new()?)),
+            write_fd: AtomicI32::new(waker.write_fd()),
+            waker: Mutex::new(Some(waker)),
         })
     }
 
@@ -38,6 +42,17 @@ impl Wake {
         }
     }
 
+    /// `force` without a lock: only atomics and one write(2), so Ruby may
+    /// call it from a signal handler. The fd stays open while the loop
+    /// blocks (a loop cannot be closed from inside its own run).
+    pub fn force_from_signal(&self) {
+        self.woken.store(true, SeqCst);
+        let fd = self.write_fd.load(SeqCst);
+        if fd >= 0 {
+            wake_fd(fd);
+        }
+    }
+
     pub(crate) fn fd(&self) -> Option<std::os::unix::io::RawFd> {
         lock(&self.waker).as_ref().map(Waker::fd)
     }
@@ -53,6 +68,7 @@ impl Wake {
 
     fn close(&self) {
         self.sleeping.store(false, SeqCst);
+        self.write_fd.store(-1, SeqCst);
         lock(&self.waker).take();
     }
 }

@@ -130,7 +130,7 @@ impl Driver<Callback> for RubyDriver<'_> {
         wake: &Wake,
         wait: &mut dyn FnMut() -> io::Result<()>,
     ) -> Result<io::Result<()>, Error> {
-        match nogvl::without_gvl(wait, &|| wake.force())? {
+        match nogvl::without_gvl(wait, &|| wake.force_from_signal())? {
             Some(result) => Ok(result),
             None => Err(errors::evix(self.ruby, "the backend wait panicked")),
         }

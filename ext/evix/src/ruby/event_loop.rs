@@ -131,9 +131,8 @@ impl RbLoop {
             }
         };
         let block = required_block(ruby, "add_timer")?;
-        let key = errors::guard(ruby, || {
-            Ok(core.add_timer(delay, interval, Callback::new(block)))
-        })?;
+        let callback = Self::retain(&rb_self, Callback::new(block));
+        let key = errors::guard(ruby, || Ok(core.add_timer(delay, interval, callback)))?;
         Ok(ruby.obj_wrap(RbTimer::new(rb_self, key, block, delay, interval)))
     }
 

@@ -40,11 +40,15 @@ pub fn without_gvl<R>(
         // SAFETY: both pointers refer to locals of this frame that outlive the
         // call; `call` never touches Ruby and `unblock` only runs `wake`.
         unsafe {
-            rb_sys::rb_thread_call_without_gvl(
+            rb_sys::rb_nogvl(
                 Some(trampoline::<R>),
                 &mut call as *mut Call<'_, R> as *mut c_void,
                 Some(unblock),
                 &wake_ref as *const &(dyn Fn() + Sync) as *mut c_void,
+                // The unblock function only writes the waker (an eventfd or a
+                // pipe), which is async-signal-safe; without this flag Ruby 3.1
+                // starts a thread to run it on every blocking wait.
+                rb_sys::RB_NOGVL_UBF_ASYNC_SAFE as i32,
             );
         }
         rb_sys::Qnil as rb_sys::VALUE

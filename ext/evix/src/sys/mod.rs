@@ -36,7 +36,7 @@ mod kqueue;
 mod poll;
 mod waker;
 
-pub use waker::Waker;
+pub use waker::{wake_fd, Waker};
 
 /// Interest or readiness bits, shared with Ruby (`Evix::READ`, `Evix::WRITE`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

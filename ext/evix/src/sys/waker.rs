@@ -44,14 +44,12 @@ impl Waker {
     /// Makes the read side readable. A full pipe/counter means a wake is
     /// already pending, so EAGAIN is fine.
     pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 (eventfd needs exactly 8; a pipe
-        // takes any length).
-        let _ = syscall!(write(
-            self.write_fd,
-            &one as *const u64 as *const libc::c_void,
-            8
-        ));
+        wake_fd(self.write_fd);
+    }
+
+    /// The descriptor `wake` writes, for [`wake_fd`].
+    pub fn write_fd(&self) -> RawFd {
+        self.write_fd
     }
 
     /// Consumes every pending wake.
@@ -68,6 +66,15 @@ impl Waker {
             }
         }
     }
+}
+
+/// Writes a wake to `fd`: one write(2) and nothing else, so it is safe in a
+/// signal handler (Ruby may call the GVL unblock function from one).
+pub fn wake_fd(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 (eventfd needs exactly 8; a pipe
+    // takes any length); a bad fd only makes write fail.
+    let _ = syscall!(write(fd, &one as *const u64 as *const libc::c_void, 8));
 }
 
 impl Drop for Waker {
