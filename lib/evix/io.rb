@@ -180,7 +180,7 @@ module Evix
 
         wait(READ, timeout) if @drained || (@streak += 1) > FAIR_READS
         @drained = false
-        chunk = @io.read_nonblock(maxlen, exception: false)
+        chunk = @io.read_nonblock(maxlen, @loop.read_buffer, exception: false)
         case chunk
         when :wait_readable then @drained = true
         when nil then return false
@@ -196,8 +196,14 @@ module Evix
       false
     end
 
+    # The first +length+ bytes of the buffer; the whole buffer is handed over
+    # as is (no copy, and no capacity left behind on an idle connection).
     def take(length)
-      @buffer.slice!(0, length)
+      return @buffer.slice!(0, length) if length < @buffer.bytesize
+
+      taken = @buffer
+      @buffer = String.new(encoding: Encoding::BINARY)
+      taken
     end
 
     def line_from_buffer(separator, limit)

@@ -18,6 +18,14 @@ module Evix
       Evix::IO.new(self, io, timeout: timeout)
     end
 
+    # A scratch String that Evix::IO reads into before copying what arrived,
+    # so a read allocates no buffer of its full size. One per loop: fibers of
+    # a loop never read concurrently.
+    # @return [String]
+    def read_buffer
+      @read_buffer ||= String.new(capacity: Evix::IO::CHUNK, encoding: Encoding::BINARY)
+    end
+
     # Suspends the calling task for +seconds+.
     # @return [nil]
     def sleep(seconds)
@@ -40,6 +48,7 @@ module Evix
 
       outcome = nil
       waiting = true
+      keeper = add_timer(86_400) {} # keeps #run going while the job is out
       Evix.offload_pool.submit(self, block) do |value, error|
         outcome = [value, error]
         fiber.resume if waiting
@@ -50,6 +59,7 @@ module Evix
       outcome[0]
     ensure
       waiting = false
+      keeper&.cancel
     end
 
     # Runs the block on this loop whenever +signal+ arrives.

@@ -27,7 +27,7 @@ module Evix
       raise ClosedError, "offload pool is closed" if @jobs.closed?
 
       @lock.synchronize do
-        @threads << Thread.new { work_off } if @idle.zero? && @threads.size < @size
+        @threads << Thread.new { work_off } if @jobs.size >= @jobs.num_waiting && @threads.size < @size
         @jobs << [loop, work, done]
       end
       nil
@@ -44,18 +44,19 @@ module Evix
 
     def work_off
       while (job = next_job)
-        loop, work, done = job
-        result = begin
-          [work.call, nil]
-        rescue Exception => e # rubocop:disable Lint/RescueException -- handed to the caller
-          [nil, e]
-        end
-        begin
-          loop.post { done.call(*result) }
-        rescue ClosedError
-          nil # the loop went away; nobody is waiting
-        end
+        run_job(*job)
       end
+    end
+
+    def run_job(loop, work, done)
+      result = begin
+        [work.call, nil]
+      rescue Exception => e # rubocop:disable Lint/RescueException -- handed to the caller
+        [nil, e]
+      end
+      loop.post { done.call(*result) }
+    rescue ClosedError
+      nil
     end
 
     def next_job

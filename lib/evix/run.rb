@@ -37,6 +37,9 @@ module Evix
       Fiber.schedule { outcome = capture(&) }
       scheduler.run
       finish(outcome)
+    rescue Exception # rubocop:disable Lint/RescueException -- re-raised
+      scheduler&.abandon
+      raise
     ensure
       Fiber.set_scheduler(nil) if Fiber.scheduler.equal?(scheduler)
       scheduler&.loop&.close

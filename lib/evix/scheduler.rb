@@ -53,13 +53,20 @@ module Evix
     # the remaining fibers to completion, then closes the loop it created.
     # @return [nil]
     def close
-      run
+      run unless @abandoned
     ensure
       @loop.close if @owns_loop && !@loop.closed?
     end
 
+    # Makes #close skip running the remaining fibers.
+    def abandon
+      @abandoned = true
+    end
+
     # Fiber::Scheduler hook. @return [Integer, false] ready events, false on timeout
     def io_wait(io, events, timeout = nil)
+      return events & (::IO::READABLE | ::IO::WRITABLE) if io.is_a?(::File) && io.stat.file?
+
       waiting(io, Fiber.current) { finish_io_wait(@loop.wait_io(io, interest_for(events), timeout), events) }
     end
 
@@ -176,7 +183,7 @@ module Evix
       def io_pread(io, buffer, from, length, offset)
         total = 0
         Kernel.loop do
-          chunk = blocking { io.pread(buffer.size - offset, from, exception: false) }
+          chunk = blocking { io.pread(buffer.size - offset, from) }
           return total if chunk.nil? || chunk.empty?
 
           buffer.set_string(chunk, offset)
@@ -191,12 +198,16 @@ module Evix
         -e.errno
       end
 
+    end
+
+    if RUBY_VERSION >= "3.4"
       # Fiber::Scheduler hook (IO#pwrite, Ruby >= 3.3): writes at file offset +from+.
       # @return [Integer] bytes written, or -errno
       def io_pwrite(io, buffer, from, length, offset)
         total = 0
         Kernel.loop do
-          written = blocking { io.pwrite(buffer.get_string(offset), from) }
+          data = buffer.get_string(offset)
+          written = @loop.offload { io.pwrite(data, from) }
           offset += written
           from += written
           total += written
@@ -280,14 +291,29 @@ module Evix
     end
 
     # Runs the block in a blocking fiber so the IO call inside it goes
-    # straight to the kernel instead of back into these hooks.
+    # straight to the kernel instead of back into these hooks. Ruby 3.1 has
+    # no Fiber.blocking: one long-lived blocking fiber per scheduler runs the
+    # calls, since creating a fiber per read costs an mmap and an mprotect.
     if Fiber.respond_to?(:blocking)
       def blocking(&)
         Fiber.blocking(&)
       end
     else
-      def blocking(&)
-        Fiber.new(blocking: true, &).resume
+      def blocking(&block)
+        @blocking ||= Fiber.new(blocking: true) do |job|
+          Kernel.loop do
+            outcome = begin
+              [true, job.call]
+            rescue Exception => e # rubocop:disable Lint/RescueException -- re-raised by the caller
+              [false, e]
+            end
+            job = Fiber.yield(outcome)
+          end
+        end
+        ok, value = @blocking.resume(block)
+        raise value unless ok
+
+        value
       end
     end
   end
