@@ -12,6 +12,7 @@ module Evix
       raise ArgumentError, "Evix.run requires a block" unless block
 
       scheduler = Fiber.scheduler
+      scheduler = nil if scheduler.is_a?(Scheduler) && scheduler.inherited?
       return nested_run(scheduler, &block) if scheduler.is_a?(Scheduler) && !Fiber.current.blocking?
       raise Error, "another fiber scheduler is set on this thread" if scheduler
 

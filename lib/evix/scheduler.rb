@@ -24,6 +24,7 @@ module Evix
       @fibers = 0
       @blocked = {}
       @io_waiters = {}
+      @pid = Process.pid
     end
 
     # @return [Integer] scheduled fibers that have not finished
@@ -53,9 +54,21 @@ module Evix
     # the remaining fibers to completion, then closes the loop it created.
     # @return [nil]
     def close
-      run unless @abandoned
-    ensure
-      @loop.close if @owns_loop && !@loop.closed?
+      # A child forked inside Evix.run inherits this scheduler: its fibers
+      # and loop belong to the parent, so the child leaves them alone.
+      return if inherited?
+
+      begin
+        run unless @abandoned
+      ensure
+        @loop.close if @owns_loop && !@loop.closed?
+      end
+    end
+
+    # @return [Boolean] whether this process only inherited the scheduler
+    #   through fork (its loop and fibers belong to the parent)
+    def inherited?
+      Process.pid != @pid
     end
 
     # Makes #close skip running the remaining fibers.
@@ -78,7 +91,7 @@ module Evix
       return unless fibers
 
       @loop.post { fibers.each { |fiber| fiber.resume(:closed) if fiber.alive? && @io_waiters[io]&.include?(fiber) } }
-    rescue ClosedError
+    rescue Error # closed, or inherited across fork: nobody here waits
       nil
     end
 
