@@ -1,4 +1,5 @@
 # frozen_string_literal: true
+# rubocop:disable Style/FormatStringToken, Metrics/AbcSize -- a report script: printf tables
 
 # The soak test (rake soak): the evix fiber echo server (`exe/evix echo`) in a
 # child process, N concurrent connections from separate client processes for
@@ -25,6 +26,7 @@
 # the client. bench/loadgen (the Rust load generator) sends fixed-size
 # messages only, hence this client.
 
+require "etc"
 require "json"
 require "rbconfig"
 require "socket"
@@ -71,7 +73,7 @@ module Soak
       @load_until = Soak.now + @duration
       pump(until_time: @load_until) { false }
       @draining = true
-      pump(until_time: Soak.now + DRAIN) { @conns.none? { |c| c.message } }
+      pump(until_time: Soak.now + DRAIN) { @conns.none?(&:message) }
       @stats[:incomplete] = @conns.count(&:message)
       close_all
       report(final: true)
@@ -88,7 +90,7 @@ module Soak
           opened += 1
           pending += 1
         end
-        pending = @conns.count { |c| !c.connected && c.socket }
+        pending = @conns.count { |c| c.monitor && !c.connected }
         tick(0.05)
         raise "connections stalled while opening" if Soak.now - @started > 120
       end
@@ -325,7 +327,8 @@ module Soak
     end
 
     def finish
-      sleep 0.5 # the server closes its side of the last connections
+      deadline = Soak.now + 15 # the server closes its side of the last connections
+      sleep 0.1 while fd_count > @idle_fds && Soak.now < deadline
       @after_fds = fd_count
       @after_rss = rss_kib
       Process.kill(:TERM, @server_pid)
@@ -375,9 +378,9 @@ module Soak
       errors = @final.select { |key, _| key.start_with?("error ") }
       puts format("total: %<trips>d round trips, %<mib>.1f MiB echoed and verified; idle server %<rss>.1f MiB, " \
                   "%<fds>d fds; after the clients closed %<after>.1f MiB", trips: @final["trips"],
-                                                                         mib: @final["bytes_in"] / 1_048_576.0,
-                                                                         rss: @idle_rss / 1024.0, fds: @idle_fds,
-                                                                         after: @after_rss / 1024.0)
+                                                                           mib: @final["bytes_in"] / 1_048_576.0,
+                                                                           rss: @idle_rss / 1024.0, fds: @idle_fds,
+                                                                           after: @after_rss / 1024.0)
       puts "client errors: #{errors}" unless errors.empty?
     end
 
@@ -400,7 +403,7 @@ module Soak
 
     def cpu_seconds
       fields = File.read("/proc/#{@server_pid}/stat").split(") ").last.split
-      (fields[11].to_i + fields[12].to_i) / Process.clock_getres(:TIMES_BASED_CLOCK_PROCESS_CPUTIME_ID, :hertz)
+      (fields[11].to_i + fields[12].to_i) / Etc.sysconf(Etc::SC_CLK_TCK).to_f
     end
 
     public
