@@ -1,4 +1,5 @@
 # frozen_string_literal: true
+
 # rubocop:disable Style/FormatStringToken, Metrics/AbcSize -- a report script: printf tables
 
 # The soak test (rake soak): the evix fiber echo server (`exe/evix echo`) in a
@@ -423,3 +424,4 @@ else
   driver.run
   exit(driver.passed? ? 0 : 1)
 end
+# rubocop:enable Style/FormatStringToken, Metrics/AbcSize
