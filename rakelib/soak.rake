@@ -12,3 +12,14 @@ desc "Soak test: 10,000 echo connections for 60 s, RSS and fds flat (EVIX_SOAK_C
 task soak: :compile do
   ruby "bench/soak.rb"
 end
+
+namespace :soak do
+  desc "The core's property test with many cases (EVIX_PROPTEST_CASES, default 5,000)"
+  task :proptest do
+    cases = ENV.fetch("EVIX_PROPTEST_CASES", "5000")
+    sh({ "EVIX_PROPTEST_CASES" => cases }, "cargo", "test", "--release", "--locked", "-p", "evix",
+       "--no-default-features", "model")
+  end
+end
+
+task soak: "soak:proptest"
