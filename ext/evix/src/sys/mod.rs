@@ -34,6 +34,8 @@ pub mod fork;
 ))]
 mod kqueue;
 mod poll;
+#[cfg(test)]
+pub mod testing;
 mod waker;
 
 pub use waker::{wake_fd, Waker};

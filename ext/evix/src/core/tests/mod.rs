@@ -1,6 +1,7 @@
 //! Loop contract tests on real pipes, run once per backend.
 
 use super::*;
+use crate::sys::testing::{close, drain, pipe, write_byte};
 use crate::sys::BackendKind;
 use std::rc::Rc;
 
@@ -27,26 +28,6 @@ fn cb(f: impl Fn(&TestLoop, Fire) + 'static) -> Cb {
 fn logger(log: &Log, what: &str) -> Cb {
     let (log, what) = (log.clone(), what.to_string());
     cb(move |_, _| log.borrow_mut().push(what.clone()))
-}
-
-fn pipe() -> (RawFd, RawFd) {
-    let mut fds = [0; 2];
-    // SAFETY: test helper; `fds` has room for two descriptors.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    (fds[0], fds[1])
-}
-
-fn write_byte(fd: RawFd) {
-    // SAFETY: test helper writing one byte from a live buffer.
-    assert_eq!(
-        unsafe { libc::write(fd, b"x".as_ptr() as *const libc::c_void, 1) },
-        1
-    );
-}
-
-fn close(fd: RawFd) {
-    // SAFETY: test helper closing a descriptor it owns.
-    unsafe { libc::close(fd) };
 }
 
 fn each_backend(test: impl Fn(BackendKind)) {
@@ -385,9 +366,7 @@ fn pinned_fds_are_trusted_only_for_their_owner() {
                 round + 1,
                 "{kind:?}: the same owner waits again"
             );
-            let mut buf = [0u8; 8];
-            // SAFETY: test helper draining the pipe into a live buffer.
-            unsafe { libc::read(r, buf.as_mut_ptr() as *mut libc::c_void, 8) };
+            drain(r);
         }
         close(r);
         close(w);

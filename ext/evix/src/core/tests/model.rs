@@ -7,6 +7,7 @@
 //! failure replays.
 
 use super::*;
+use crate::sys::testing::{drain, set_nonblocking};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::collections::{HashMap, HashSet};
@@ -123,8 +124,7 @@ struct Pipe {
 
 fn new_pipe() -> Pipe {
     let (r, w) = pipe();
-    // SAFETY: test helper making the read end non-blocking for draining.
-    unsafe { libc::fcntl(r, libc::F_SETFL, libc::O_NONBLOCK) };
+    set_nonblocking(r);
     Pipe {
         r,
         w,
@@ -196,11 +196,7 @@ fn run_case(kind: BackendKind, ops: &[Op]) {
                 pipes[p].unread = true;
             }
             Op::Drain(p) => {
-                let mut buf = [0u8; 64];
-                // SAFETY: test helper draining a pipe into a live buffer.
-                while unsafe { libc::read(pipes[p].r, buf.as_mut_ptr() as *mut libc::c_void, 64) }
-                    > 0
-                {}
+                drain(pipes[p].r);
                 pipes[p].unread = false;
             }
             Op::Reopen(p) => {
