@@ -263,13 +263,19 @@ module Soak
       @client_pipes = Array.new(@clients) do |i|
         count = share + (i < extra ? 1 : 0)
         reader, writer = IO.pipe
-        pid = Process.spawn(RbConfig.ruby, __FILE__, "--client", @port.to_s, count.to_s, @duration.to_s,
-                            @min_size.to_s, @max_size.to_s, (@seed + i).to_s,
-                            out: writer, rlimit_nofile: nofile)
+        argv = [RbConfig.ruby, __FILE__, "--client", @port.to_s, count.to_s, @duration.to_s,
+                @min_size.to_s, @max_size.to_s, (@seed + i).to_s]
+        pid = unbundled { Process.spawn(*argv, out: writer, rlimit_nofile: nofile) }
         writer.close
         [pid, reader]
       end
       @started = Soak.now
+    end
+
+    # nio4r is not in the Gemfile: under `bundle exec` the clients would not
+    # find it, so they run outside the bundle.
+    def unbundled(&)
+      defined?(Bundler) ? Bundler.with_unbundled_env(&) : yield
     end
 
     def sample_until_clients_finish
@@ -290,12 +296,13 @@ module Soak
     def collect(finals, seconds)
       deadline = Soak.now + seconds
       while (left = deadline - Soak.now).positive?
-        ready, = IO.select(@client_pipes.map(&:last), nil, nil, left)
+        waiting = @client_pipes.map(&:last) - finals.keys
+        break sleep(left) if waiting.empty?
+
+        ready, = IO.select(waiting, nil, nil, left)
         (ready || []).each do |pipe|
           line = pipe.gets
-          next unless line
-
-          stats = JSON.parse(line)
+          stats = line ? JSON.parse(line) : { "final" => true, "errors" => 1, "error client died" => 1 }
           @latest[pipe] = stats
           finals[pipe] = stats if stats["final"]
         end

@@ -132,7 +132,7 @@ RSpec.describe "Reliability: descriptor hygiene" do
         cpu = starved[/cpu=([\d.e-]+)/, 1].to_f
         iterations = starved[/iterations=(\d+)/, 1].to_i
         expect(starved).to include("served=#{round * 4}")
-        expect(cpu).to be < 0.15
+        expect(cpu).to be < (gc_stress? ? 1 : 0.15) # under GC.stress each wake-up costs more; iterations tell
         expect(iterations).to be < 100 # a level-triggered listener would make this tens of thousands
         expect(child_line(reports)).to eq("recovered #{round} served=#{(round + 1) * 4}")
         clients.each_with_index do |client, i|

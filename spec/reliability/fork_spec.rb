@@ -106,7 +106,7 @@ RSpec.describe "Reliability: fork" do
         end
       end
       pids.each { |pid| Fiber.schedule { reaped[pid] = Process.wait2(pid) } }
-      pids.each { |pid| Process.kill(:TERM, pid) } # rubocop:disable Style/CombinableLoops
+      pids.each { |pid| Process.kill(:TERM, pid) } # rubocop:disable Style/CombinableLoops -- every wait first
       sleep 0.01 until reaped.size == pids.size
       done = true
     end

@@ -46,19 +46,20 @@ RSpec.describe "Reliability: peers that misbehave" do
   end
 
   describe "a client that never reads while the server writes 10 MB" do
-    TEN_MB = 10 * 1024 * 1024 # rubocop:disable Lint/ConstantDefinitionInBlock
-    CHUNK = 64 * 1024 # rubocop:disable Lint/ConstantDefinitionInBlock
+    let(:ten_mb) { 10 * 1024 * 1024 }
+    let(:chunk_size) { 64 * 1024 }
 
     # The handler offers 10 MB in 64 KiB chunks of one preallocated string.
     def writing_server(timeout: nil)
       progress = { sent: 0, done: false }
-      chunk = ("z" * CHUNK).freeze
+      chunk = ("z" * chunk_size).freeze
+      chunks = ten_mb / chunk_size
       server = server_on do |client|
         client.timeout = timeout
         client.io.setsockopt(:SOCKET, :SNDBUF, 64 * 1024)
-        (TEN_MB / CHUNK).times do
+        chunks.times do
           client.write(chunk)
-          progress[:sent] += CHUNK
+          progress[:sent] += chunk.bytesize
         end
       ensure
         progress[:done] = true

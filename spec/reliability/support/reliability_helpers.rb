@@ -135,13 +135,28 @@ module ReliabilityHelpers
   # raises the child's exception. A child that crashes (a GC bug is a
   # segfault or an abort, not an exception) fails the example with its
   # signal and the head of its stderr instead of taking the suite down.
-  def isolated(timeout: 8) # rubocop:disable Metrics/AbcSize, Metrics/MethodLength
-    timeout *= 20 if gc_stress?
+  # (A named block: Ruby 3.1.2 cannot forward an anonymous one next to keywords.)
+  def isolated(timeout: 8, &block)
     reader, writer = IO.pipe
     stderr = Tempfile.new("evix-isolated")
-    pid = fork do
+    pid = fork_isolated(reader, writer, stderr.path, &block)
+    writer.close
+    data = read_with_deadline(reader, gc_stress? ? timeout * 20 : timeout)
+    status = wait_child(pid, timeout: 1)
+    if status.signaled? || !status.success? || data.empty?
+      raise RSpec::Expectations::ExpectationNotMetError,
+            "isolated child died (#{status.inspect}); its stderr began:\n#{File.read(stderr.path)[0, 1500]}"
+    end
+    isolated_outcome(data)
+  ensure
+    reader&.close
+    stderr&.close!
+  end
+
+  def fork_isolated(reader, writer, stderr_path)
+    fork do
       reader.close
-      $stderr.reopen(stderr.path, "w")
+      $stderr.reopen(stderr_path, "w")
       outcome = begin
         [:value, yield]
       rescue Exception => e # rubocop:disable Lint/RescueException -- handed to the parent
@@ -151,24 +166,14 @@ module ReliabilityHelpers
       writer.close
       exit!(0)
     end
-    writer.close
-    data = read_with_deadline(reader, timeout)
-    status = wait_child(pid, timeout: 1)
-    reader.close
-    crashed = status.signaled? || !status.success? || data.empty?
-    if crashed
-      raise RSpec::Expectations::ExpectationNotMetError,
-            "isolated child died (#{status.inspect}); its stderr began:\n#{File.read(stderr.path)[0, 1500]}"
-    end
-    kind, *rest = Marshal.load(data) # rubocop:disable Security/MarshalLoad -- our own child
-    if kind == :error
-      raise RSpec::Expectations::ExpectationNotMetError,
-            "isolated child raised #{rest[0]}: #{rest[1]}\n  #{Array(rest[2]).join("\n  ")}"
-    end
+  end
 
-    rest.first
-  ensure
-    stderr&.close!
+  def isolated_outcome(data)
+    kind, *rest = Marshal.load(data) # rubocop:disable Security/MarshalLoad -- our own child
+    return rest.first unless kind == :error
+
+    raise RSpec::Expectations::ExpectationNotMetError,
+          "isolated child raised #{rest[0]}: #{rest[1]}\n  #{Array(rest[2]).join("\n  ")}"
   end
 
   def read_with_deadline(reader, timeout)
