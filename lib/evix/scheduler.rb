@@ -83,6 +83,16 @@ module Evix
       waiting(io, Fiber.current) { finish_io_wait(@loop.wait_io(io, interest_for(events), timeout), events) }
     end
 
+    # Forgets +io+'s registration before it is closed (see ClosingIO).
+    # @api private
+    # @return [nil]
+    def release(io)
+      @loop.release_io(io)
+      nil
+    rescue Error # closed, or inherited across fork: nothing registered here
+      nil
+    end
+
     # Wakes the fibers waiting on +io+ with IOError; IO#close calls this,
     # from any thread, before the descriptor goes away.
     # @api private
@@ -250,11 +260,17 @@ module Evix
     # Fibers waiting on IOs, by IO, so IO#close can find their scheduler.
     WAITING = ObjectSpace::WeakMap.new
 
-    # Prepended to ::IO: closing an IO wakes the fibers waiting on it.
+    # Prepended to ::IO: closing an IO wakes the fibers waiting on it, and
+    # the closing thread's scheduler drops the fd's kernel registration while
+    # the fd is still open (after the close, a file kept open elsewhere, by a
+    # dup or a forked child, would leave one behind that only a rebuild of the
+    # epoll set removes).
     module ClosingIO
       # @return [nil]
       def close
         Scheduler::WAITING[self]&.io_closed(self)
+        scheduler = Fiber.scheduler
+        scheduler.release(self) if scheduler.is_a?(Scheduler) && !closed? && autoclose?
         super
       end
     end

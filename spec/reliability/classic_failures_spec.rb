@@ -8,17 +8,17 @@ require_relative "support/reliability_helpers"
 RSpec.describe "Reliability: the classic event-loop failures" do
   # Opens pipes until one end gets fd number +fd+ (the lowest free number is
   # always taken first); returns [that IO, its pipe partner] and closes the rest.
-  def io_at(fd) # rubocop:disable Naming/MethodParameterName
+  def io_at(number)
     spare = []
     200.times do
       r, w = IO.pipe
-      return [r, w].tap { spare.each(&:close) } if r.fileno == fd
-      return [w, r].tap { spare.each(&:close) } if w.fileno == fd
+      return [r, w].tap { spare.each(&:close) } if r.fileno == number
+      return [w, r].tap { spare.each(&:close) } if w.fileno == number
 
       spare.push(r, w)
     end
     spare.each(&:close)
-    raise "could not get fd #{fd} again"
+    raise "could not get fd #{number} again"
   end
 
   # Iterations the loop made in about +seconds+ of run_once: a loop that
@@ -65,32 +65,56 @@ RSpec.describe "Reliability: the classic event-loop failures" do
           replacement.cancel
         end
 
-        # epoll cannot see these (its registrations follow the open file, not the fd
-        # number); README "Known limits" says so. poll(2) handles them.
-        if backend == :poll
-          it "does not spin or misfire once a watched fd is closed while its file stays open elsewhere (dup)" do
-            r, w = pipe
-            elsewhere = track_io(r.dup).first # as a forked child or a dup would keep it
-            number = r.fileno
-            watcher = ev.add_io(r, Evix::READ) {}
-            ev.run_once(0) # registered in the kernel
-            watcher.cancel
-            r.close # the user's close; the loop never closes a user's fd
-            w.write("x") # the file (still open through the dup) is readable from now on
-            expect(iterations_during(ev, 0.3)).to be < 30
-            reused, reused_w = io_at(number)
-            track_io(reused, reused_w)
-            got = []
-            ev.add_io(reused, Evix::READ) { got << reused.read_nonblock(10, exception: false) }
-            expect(iterations_during(ev, 0.3)).to be < 30
-            expect(got).to eq([]) # the old file's readiness is not the new one's
-            reused_w.write("y")
-            ev.run_once(1)
-            expect(got).to eq(["y"])
-            expect(elsewhere.read_nonblock(10)).to eq("x")
-          end
+        it "does not spin or misfire once a watched fd is closed while its file stays open elsewhere (dup)" do
+          r, w = pipe
+          elsewhere = track_io(r.dup).first # as a forked child or a dup would keep it
+          number = r.fileno
+          watcher = ev.add_io(r, Evix::READ) {}
+          ev.run_once(0) # registered in the kernel
+          watcher.cancel
+          r.close # the user's close; the loop never closes a user's fd
+          reused, reused_w = io_at(number) # a new file on the same number, watched at once
+          track_io(reused, reused_w)
+          got = []
+          ev.add_io(reused, Evix::READ) { got << reused.read_nonblock(10, exception: false) }
+          w.write("x") # the old file (still open through the dup) is readable from now on
+          expect(iterations_during(ev, 0.3)).to be < 30
+          expect(got).to eq([]) # the old file's readiness is not the new one's
+          expect(ev.stats[:rebuilds]).to eq(1) if backend == :epoll # the one way to drop it
+          reused_w.write("y")
+          ev.run_once(1)
+          expect(got).to eq(["y"])
+          expect(elsewhere.read_nonblock(10)).to eq("x")
         end
       end
+    end
+
+    # What a pre-fork server does: the parent reads a request under Evix.run,
+    # hands the connection to a forked child and closes its own copy. The
+    # parent cannot "stop watching before the close": the scheduler's wait
+    # was internal, and its watcher is removed lazily (no epoll_ctl DEL).
+    it "does not spin when a socket waited on under Evix.run is handed to a forked child and closed in the parent" do
+      spun = isolated(timeout: 8) do
+        listener = TCPServer.new("127.0.0.1", 0)
+        client = TCPSocket.new("127.0.0.1", listener.addr[1])
+        Evix.run do
+          conn = listener.accept
+          reader = Fiber.schedule { conn.gets } # waits through the scheduler: conn's fd goes to epoll
+          client.write("request\n")
+          sleep 0.001 while reader.alive?
+          pid = fork { Process.kill(:STOP, Process.pid) } # the child keeps the connection open
+          conn.close
+          client.write("more\n") # readable from now on, for the child
+          evloop = Fiber.scheduler.loop
+          before = evloop.stats[:iterations]
+          sleep 0.3
+          iterations = evloop.stats[:iterations] - before
+          Process.kill(:KILL, pid)
+          Process.wait(pid)
+          iterations
+        end
+      end
+      expect(spun).to be < 30 # a blocked loop wakes a few times; a spinning one hundreds of thousands
     end
 
     it "does not spin after an Evix::IO is closed while its file stays open elsewhere" do
@@ -137,20 +161,16 @@ RSpec.describe "Reliability: the classic event-loop failures" do
           end
         end
 
-        # epoll cannot see these (its registrations follow the open file, not the fd
-        # number); README "Known limits" says so. poll(2) handles them.
-        if backend == :poll
-          it "wakes a fiber waiting with wait_io on the same IO object after IO#reopen put a new file on its fd" do
-            r, w = pipe
-            first = ev.spawn { ev.wait_io(r, Evix::READ, 1) }
-            ev.next_tick { w.write("x") }
-            expect(first.wait).to eq(Evix::READ) # the registration is now pinned to r
-            r2, w2 = pipe
-            r.reopen(r2) # same object, same fd number, another file
-            second = ev.spawn { ev.wait_io(r, Evix::READ, 1) }
-            ev.add_timer(0.02) { w2.write("y") }
-            expect(second.wait).to eq(Evix::READ) # nil: timed out, the new file was never registered
-          end
+        it "wakes a fiber waiting with wait_io on the same IO object after IO#reopen put a new file on its fd" do
+          r, w = pipe
+          first = ev.spawn { ev.wait_io(r, Evix::READ, 1) }
+          ev.next_tick { w.write("x") }
+          expect(first.wait).to eq(Evix::READ) # the registration is now pinned to r
+          r2, w2 = pipe
+          r.reopen(r2) # same object, same fd number, another file
+          second = ev.spawn { ev.wait_io(r, Evix::READ, 1) }
+          ev.add_timer(0.02) { w2.write("y") }
+          expect(second.wait).to eq(Evix::READ) # nil: timed out, the new file was never registered
         end
       end
     end

@@ -87,6 +87,8 @@ pub struct Stats {
     pub timers: usize,
     pub watchers: usize,
     pub iterations: u64,
+    /// Times the backend was rebuilt to drop a stale kernel registration.
+    pub rebuilds: u64,
 }
 
 #[derive(Debug)]
@@ -96,6 +98,7 @@ struct State<C> {
     timers: Timers<C>,
     registry: Registry<C>,
     iterations: u64,
+    rebuilds: u64,
 }
 
 #[derive(Debug)]
@@ -136,6 +139,7 @@ impl<C: Clone> Loop<C> {
                 timers: Timers::default(),
                 registry: Registry::default(),
                 iterations: 0,
+                rebuilds: 0,
             }),
             poller: RefCell::new(Poller {
                 backend: Some(backend),
@@ -266,6 +270,7 @@ impl<C: Clone> Loop<C> {
             timers: state.timers.len(),
             watchers: state.registry.len(),
             iterations: state.iterations,
+            rebuilds: state.rebuilds,
         }
     }
 
@@ -439,6 +444,9 @@ impl<C: Clone> Loop<C> {
             if ingested.woken {
                 self.shared.wake.drain();
             }
+            if ingested.stale {
+                self.rebuild_backend(backend).map_err(RunError::Io)?;
+            }
         }
         loop {
             let next = self.state.borrow_mut().registry.next_ready();
@@ -447,6 +455,18 @@ impl<C: Clone> Loop<C> {
                 .invoke(callback, Fire::Io(ready))
                 .map_err(RunError::Callback)?;
         }
+        Ok(())
+    }
+
+    /// Replaces the backend with a fresh one holding only live registrations:
+    /// the one way to drop a stale kernel registration (see `Ingested::stale`).
+    fn rebuild_backend(&self, backend: &mut Backend) -> io::Result<()> {
+        let mut fresh = Backend::new(backend.kind())?;
+        let waker_fd = self.shared.wake.fd().expect("an open loop has a waker");
+        fresh.register(waker_fd, WAKER_TOKEN, Interest::READ)?;
+        self.state.borrow_mut().registry.register_all(&mut fresh);
+        *backend = fresh;
+        self.state.borrow_mut().rebuilds += 1;
         Ok(())
     }
 

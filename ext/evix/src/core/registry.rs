@@ -38,10 +38,13 @@ struct FdEntry<C> {
     pin: Option<Pin<C>>,
 }
 
-/// An owner identity for an fd registration (see the module docs).
+/// An owner identity for an fd registration (see the module docs). The
+/// identity is opaque to the core: the Ruby layer uses the IO object and the
+/// count of `IO#reopen` calls so far, since a reopen puts a new file under the
+/// same object and fd number.
 #[derive(Debug)]
 pub struct Pin<C> {
-    pub owner: u64,
+    pub owner: (u64, u64),
     pub keep: C,
 }
 
@@ -55,6 +58,11 @@ impl<C> FdEntry<C> {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Ingested {
     pub woken: bool,
+    /// An event came under a token no live registration has: a registration
+    /// the kernel keeps for a file that is still open elsewhere (a dup, a
+    /// forked child) after its fd here was closed. Nothing can reach it by fd
+    /// number any more, so the backend must be rebuilt or it fires forever.
+    pub stale: bool,
 }
 
 #[derive(Debug)]
@@ -226,12 +234,13 @@ impl<C: Clone> Registry<C> {
             }
             let fd = (event.token & 0xFFFF_FFFF) as u32 as RawFd;
             let generation = (event.token >> 32) as u32;
-            let Some(Some(entry)) = self.fds.get_mut(fd as usize) else {
-                continue;
+            let entry = match self.fds.get_mut(fd as usize) {
+                Some(Some(entry)) if entry.generation == generation => entry,
+                _ => {
+                    ingested.stale = true;
+                    continue;
+                }
             };
-            if entry.generation != generation {
-                continue;
-            }
             let mut wanted = Interest::NONE;
             for &key in &entry.watchers {
                 let watcher = self
@@ -279,6 +288,26 @@ impl<C: Clone> Registry<C> {
             return Some((callback, hit));
         }
         None
+    }
+
+    /// Registers every live fd with a fresh `backend` (see
+    /// [`Ingested::stale`]). An fd that turns out closed is forgotten.
+    pub fn register_all(&mut self, backend: &mut Backend) {
+        for fd in 0..self.fds.len() {
+            let Some(entry) = self.fds[fd].as_mut() else {
+                continue;
+            };
+            let fd = fd as RawFd;
+            if backend.register(fd, entry.token(fd), entry.kernel).is_err() {
+                if entry.watchers.is_empty() {
+                    self.fds[fd as usize] = None;
+                } else {
+                    // Its watchers wait on a closed fd, as they would have before;
+                    // the next add re-syncs the kernel.
+                    entry.kernel = Interest::NONE;
+                }
+            }
+        }
     }
 
     pub fn clear(&mut self) {

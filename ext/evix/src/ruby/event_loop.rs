@@ -17,6 +17,10 @@ use std::time::Duration;
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
+/// `IO#reopen` calls so far, process-wide: part of every pin's identity,
+/// because a reopen puts another file under the same IO object and fd.
+static REOPENS: AtomicU64 = AtomicU64::new(0);
+
 thread_local! {
     static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
 }
@@ -175,7 +179,7 @@ impl RbLoop {
         };
         let fiber = ruby.fiber_current();
         let pin = keep.map(|io| Pin {
-            owner: io.as_raw(),
+            owner: (io.as_raw(), REOPENS.load(Ordering::Relaxed)),
             keep: Self::retain(&rb_self, Callback::keep_alive(io)),
         });
         let resume = Self::retain(&rb_self, Callback::resume(fiber, keep));
@@ -210,6 +214,12 @@ impl RbLoop {
             core.cancel_timer(timer);
         }
         result
+    }
+
+    /// Called before any `IO#reopen` (lib/evix/reopening.rb): registrations
+    /// pinned so far are checked with the kernel on their next wait.
+    fn io_reopened() {
+        REOPENS.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Forgets `io`'s registration and removes its watchers before it is closed.
@@ -316,6 +326,7 @@ impl RbLoop {
         hash.aset(ruby.to_symbol("timers"), stats.timers)?;
         hash.aset(ruby.to_symbol("watchers"), stats.watchers)?;
         hash.aset(ruby.to_symbol("iterations"), stats.iterations)?;
+        hash.aset(ruby.to_symbol("rebuilds"), stats.rebuilds)?;
         Ok(hash)
     }
 }
@@ -398,6 +409,7 @@ fn run_error(ruby: &Ruby, error: RunError<Error>) -> Error {
 pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     let class = evix.define_class("Loop", ruby.class_object())?;
     class.define_singleton_method("new", function!(RbLoop::new, -1))?;
+    class.define_singleton_method("io_reopened", function!(RbLoop::io_reopened, 0))?;
     class.define_method("next_tick", method!(RbLoop::next_tick, 0))?;
     class.define_method("defer", method!(RbLoop::defer, 0))?;
     class.define_method("add_timer", method!(RbLoop::add_timer, -1))?;

@@ -35,3 +35,8 @@ pub fn close(fd: RawFd) {
     // SAFETY: the tests close descriptors they own, once.
     let _ = syscall!(close(fd));
 }
+
+/// A second descriptor for `fd`'s open file (what a forked child holds).
+pub fn dup(fd: RawFd) -> RawFd {
+    syscall!(dup(fd)).expect("dup")
+}

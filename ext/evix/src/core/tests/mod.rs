@@ -1,7 +1,7 @@
 //! Loop contract tests on real pipes, run once per backend.
 
 use super::*;
-use crate::sys::testing::{close, drain, pipe, write_byte};
+use crate::sys::testing::{close, drain, dup, pipe, write_byte};
 use crate::sys::BackendKind;
 use std::rc::Rc;
 
@@ -351,7 +351,7 @@ fn pinned_fds_are_trusted_only_for_their_owner() {
         let log: Log = Default::default();
         let pin = |owner| {
             Some(Pin {
-                owner,
+                owner: (owner, 0),
                 keep: cb(|_, _| {}),
             })
         };
@@ -408,6 +408,45 @@ fn releasing_an_fd_removes_its_watchers() {
         assert_eq!(*log.borrow(), ["again"], "{kind:?}");
         close(r);
         close(w);
+    });
+}
+
+#[test]
+fn a_watched_fd_closed_while_its_file_stays_open_elsewhere_does_not_spin() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let log: Log = Default::default();
+        let (r, w) = pipe();
+        let elsewhere = dup(r);
+        let key = lp
+            .add_watcher(r, Interest::READ, false, logger(&log, "closed"), None)
+            .unwrap();
+        let (other_r, other_w) = pipe();
+        lp.add_watcher(other_r, Interest::READ, true, logger(&log, "other"), None)
+            .unwrap();
+        lp.cancel_watcher(key);
+        close(r); // no release: epoll keeps a registration nothing can DEL
+        write_byte(w);
+        for _ in 0..3 {
+            once(&lp);
+        }
+        // A loop that still saw the ghost would return from this wait at once.
+        lp.add_timer(Duration::from_millis(30), None, logger(&log, "timer"));
+        lp.run(RunMode::Once, &mut Calls(&lp)).unwrap();
+        assert_eq!(*log.borrow(), ["timer"], "{kind:?}");
+        log.borrow_mut().clear();
+        // What was live before the rebuild still fires, and the waker still wakes.
+        write_byte(other_w);
+        once(&lp);
+        assert_eq!(*log.borrow(), ["other"], "{kind:?}");
+        lp.add_timer(Duration::from_secs(30), None, logger(&log, "timer"));
+        lp.shared().wake.force();
+        let started = Instant::now();
+        lp.run(RunMode::Once, &mut Calls(&lp)).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5), "{kind:?}");
+        for fd in [elsewhere, w, other_r, other_w] {
+            close(fd);
+        }
     });
 }
 
