@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require_relative "buffer_hooks"
 
 module Evix
   # Ruby's Fiber::Scheduler on an Evix::Loop: inside Fiber.schedule (or
@@ -12,6 +13,8 @@ module Evix
   class Scheduler
     # How long #run blocks while every fiber waits on another thread.
     IDLE_POLL = 1.0
+
+    include BufferHooks
 
     # @return [Evix::Loop] the loop the scheduler runs on
     attr_reader :loop
@@ -153,91 +156,11 @@ module Evix
       timer&.cancel
     end
 
-    # Fiber::Scheduler hook: reads at least +length+ bytes (0: whatever is
-    # available) into +buffer+ at +offset+.
-    # @return [Integer] bytes read, or -errno
-    def io_read(io, buffer, length, offset = 0)
-      total = 0
-      Kernel.loop do
-        chunk = blocking { io.read_nonblock(buffer.size - offset, exception: false) }
-        case chunk
-        when :wait_readable then io_wait(io, ::IO::READABLE, io_timeout(io)) || (return -Errno::ETIMEDOUT::Errno)
-        when nil then return total
-        else
-          buffer.set_string(chunk, offset)
-          offset += chunk.bytesize
-          total += chunk.bytesize
-          return total if total >= length
-        end
-      end
-    rescue SystemCallError => e
-      -e.errno
-    end
-
-    # Fiber::Scheduler hook: writes at least +length+ bytes (0: what the
-    # kernel takes at once) from +buffer+ at +offset+.
-    # @return [Integer] bytes written, or -errno
-    def io_write(io, buffer, length, offset = 0)
-      total = 0
-      Kernel.loop do
-        data = buffer.get_string(offset)
-        written = blocking { io.write_nonblock(data, exception: false) }
-        if written == :wait_writable
-          io_wait(io, ::IO::WRITABLE, io_timeout(io)) || (return -Errno::ETIMEDOUT::Errno)
-        else
-          offset += written
-          total += written
-          return total if total >= length || offset >= buffer.size
-        end
-      end
-    rescue SystemCallError => e
-      -e.errno
-    end
-
     if RUBY_VERSION >= "3.3"
       # Fiber::Scheduler hook (IO.select, Ruby >= 3.3), on the offload pool.
       # @return [Array, nil] like IO.select
       def io_select(readables, writables, exceptables, timeout)
         @loop.offload { ::IO.select(readables, writables, exceptables, timeout) }
-      end
-
-      # Fiber::Scheduler hook (IO#pread, Ruby >= 3.3): reads at file offset +from+.
-      # @return [Integer] bytes read, or -errno
-      def io_pread(io, buffer, from, length, offset)
-        total = 0
-        Kernel.loop do
-          chunk = blocking { io.pread(buffer.size - offset, from) }
-          return total if chunk.nil? || chunk.empty?
-
-          buffer.set_string(chunk, offset)
-          offset += chunk.bytesize
-          from += chunk.bytesize
-          total += chunk.bytesize
-          return total if total >= length || offset >= buffer.size
-        end
-      rescue EOFError
-        total
-      rescue SystemCallError => e
-        -e.errno
-      end
-
-    end
-
-    if RUBY_VERSION >= "3.4"
-      # Fiber::Scheduler hook (IO#pwrite, Ruby >= 3.3): writes at file offset +from+.
-      # @return [Integer] bytes written, or -errno
-      def io_pwrite(io, buffer, from, length, offset)
-        total = 0
-        Kernel.loop do
-          data = buffer.get_string(offset)
-          written = @loop.offload { io.pwrite(data, from) }
-          offset += written
-          from += written
-          total += written
-          return total if total >= length || offset >= buffer.size
-        end
-      rescue SystemCallError => e
-        -e.errno
       end
     end
 
@@ -317,33 +240,6 @@ module Evix
 
     def io_timeout(io)
       io.respond_to?(:timeout) ? io.timeout : nil
-    end
-
-    # Runs the block in a blocking fiber so the IO call inside it goes
-    # straight to the kernel instead of back into these hooks. Ruby 3.1 has
-    # no Fiber.blocking: one long-lived blocking fiber per scheduler runs the
-    # calls, since creating a fiber per read costs an mmap and an mprotect.
-    if Fiber.respond_to?(:blocking)
-      def blocking(&)
-        Fiber.blocking(&)
-      end
-    else
-      def blocking(&block)
-        @blocking ||= Fiber.new(blocking: true) do |job|
-          Kernel.loop do
-            outcome = begin
-              [true, job.call]
-            rescue Exception => e # rubocop:disable Lint/RescueException -- re-raised by the caller
-              [false, e]
-            end
-            job = Fiber.yield(outcome)
-          end
-        end
-        ok, value = @blocking.resume(block)
-        raise value unless ok
-
-        value
-      end
     end
   end
 end
