@@ -206,8 +206,8 @@ module Harness
       Harness.memory(pid)
     end
 
-    # TERM, then KILL a second later: the figures are taken, and some
-    # servers (evix_scheduler) do not end on TERM.
+    # TERM, then KILL a second later: the figures are taken, and a server
+    # that ignores TERM must not stall the run.
     def stop
       @child.finish(grace: 1)
       @child.cleanup

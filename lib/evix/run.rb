@@ -6,7 +6,9 @@ module Evix
     # Runs the block in a fiber under an Evix::Scheduler and returns its
     # value once every fiber it scheduled has finished. Inside a fiber that
     # an Evix::Scheduler already runs, the block runs in a new fiber of that
-    # scheduler. The block's exception is raised here.
+    # scheduler. The block's exception is raised here; a signal (Interrupt,
+    # SignalException) or exit (SystemExit) raised in any of its fibers ends
+    # the run at once, without waiting for the other fibers.
     # @return [Object] the block's value
     def run(&block)
       raise ArgumentError, "Evix.run requires a block" unless block
@@ -57,8 +59,14 @@ module Evix
       finish(outcome)
     end
 
+    # A signal or exit is not captured: it unwinds to the loop and ends the
+    # run (a fiber the block scheduled starts inside the block, so a TERM
+    # landing there would otherwise wait for every other fiber, forever for a
+    # server's accept loop).
     def capture
       [:value, yield]
+    rescue SignalException, SystemExit
+      raise
     rescue Exception => e # rubocop:disable Lint/RescueException -- re-raised by finish
       [:error, e]
     end

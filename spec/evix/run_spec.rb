@@ -154,6 +154,54 @@ RSpec.describe "Evix.run" do
     end
   end
 
+  describe "signals and exit" do
+    it "ends at once when a fiber the block scheduled raises a signal exception while others still wait" do
+      [Interrupt, SignalException.new("TERM")].each do |signal|
+        result = in_child do
+          r, = IO.pipe
+          Evix.run do
+            Fiber.schedule { r.read(1) } # never gets data
+            Fiber.schedule { raise signal } # starts inside the block, like a handler fiber
+            :block_done
+          end
+        end
+        expect(result.first(2)).to eq([:error, signal.is_a?(Class) ? signal.name : signal.class.name])
+      end
+    end
+
+    it "ends at once on exit from a fiber while another fiber waits" do
+      result = in_child do
+        r, = IO.pipe
+        Evix.run do
+          Fiber.schedule { r.read(1) }
+          Fiber.schedule do
+            sleep 0.01
+            exit 3
+          end
+          r.read(1)
+        end
+      end
+      expect(result).to eq([:error, "SystemExit", "exit"])
+    end
+
+    it "dies of a real SIGTERM that arrives while fibers run, like a server in accept" do
+      pid = fork do
+        server = TCPServer.new("127.0.0.1", 0)
+        Evix.run do
+          Fiber.schedule { server.accept } # never gets a client
+          20.times { |i| Fiber.schedule { sleep(0.001 * i) while true } } # rubocop:disable Style/InfiniteLoop
+          Fiber.schedule do
+            sleep 0.05
+            Process.kill(:TERM, Process.pid)
+          end
+        end
+        exit!(0)
+      end
+      status = wait_child(pid, timeout: 5)
+      expect(status.termsig).to eq(Signal.list.fetch("TERM"))
+    end
+  end
+
   describe "another scheduler" do
     it "raises Evix::Error when a different scheduler is set on the thread, and leaves it set" do
       other = other_scheduler_class.new
