@@ -6,10 +6,16 @@ module Evix
   # A non-blocking IO driven by a loop, for code running in an Evix::Task.
   # Every operation tries the system call first and waits (a one-shot
   # watcher plus Fiber.yield) only when the kernel says it would block.
+  #
+  # The hot path (read, write, the wait between them) avoids method calls and
+  # allocations it can do without, and has no Kernel#loop: that C iterator
+  # would put two more pages of machine stack under every parked fiber.
   class IO
     CHUNK = 16 * 1024
     # Full reads in a row before a read gives the other fibers a turn.
     FAIR_READS = 16
+    EMPTY = "".b.freeze
+    private_constant :EMPTY
 
     # @return [Numeric, nil] seconds each operation may wait (nil: no limit)
     attr_accessor :timeout
@@ -30,8 +36,13 @@ module Evix
       @loop = loop
       @io = io.to_io
       @timeout = timeout
+      @scratch = loop.read_buffer
       @buffer = String.new(encoding: Encoding::BINARY)
+      # The fiber waiting to read, the usual lone waiter; writers and any
+      # further readers go in @waiters (fiber => events).
+      @reader = nil
       @waiters = {}
+      @task_fiber = nil
       @eof = false
       @drained = false
       @streak = 0
@@ -41,10 +52,12 @@ module Evix
     # Reads up to +maxlen+ bytes; nil at end of file.
     # @return [String, nil]
     def read(maxlen = CHUNK, timeout: @timeout)
-      check_open
+      raise ClosedError, "IO is closed" if @io.closed?
       return take(maxlen) unless @buffer.empty?
 
-      fill(maxlen, timeout) ? take(maxlen) : nil
+      # Nothing buffered: hand out a copy of the chunk, sized to it.
+      chunk = read_chunk(maxlen, timeout)
+      chunk && (EMPTY + chunk)
     end
 
     # Reads exactly +length+ bytes; nil at end of file before the first byte,
@@ -53,7 +66,7 @@ module Evix
     def read_exactly(length, timeout: @timeout)
       check_open
       while @buffer.bytesize < length
-        next if fill(CHUNK, timeout)
+        next if fill(timeout)
         return nil if @buffer.empty?
 
         raise EOFError, "end of file after #{@buffer.bytesize} of #{length} bytes"
@@ -72,14 +85,12 @@ module Evix
       end
       paragraph = separator&.empty?
       separator = "\n\n" if paragraph
-      loop do
-        @buffer.sub!(/\A\n+/, "") if paragraph
-        line = line_from_buffer(separator, limit)
-        return line if line
-        next if fill(CHUNK, timeout)
+      until (line = line_from_buffer(separator, limit, paragraph))
+        next if fill(timeout)
 
         return @buffer.empty? ? nil : take(@buffer.bytesize)
       end
+      line
     end
 
     # Yields each line until end of file.
@@ -96,15 +107,19 @@ module Evix
     # Writes all of +data+, waiting whenever the kernel buffer is full.
     # @return [Integer] bytes written
     def write(data, timeout: @timeout)
-      data = data.to_s.b
-      total = data.bytesize
+      # write_nonblock writes the bytes whatever the encoding: no binary copy.
+      data = data.to_s
+      total = left = data.bytesize
       until data.empty?
         written = @io.write_nonblock(data, exception: false)
-        if written == :wait_writable
-          wait(WRITE, timeout)
-        else
-          data = data.byteslice(written, data.bytesize - written)
-        end
+        break if written == left # the usual case: the kernel took it all
+
+        # Go on with the rest as a copy-on-write slice of our own: the caller
+        # may change its string while this waits.
+        written = 0 if written == :wait_writable
+        left -= written
+        data = data.byteslice(written, left)
+        wait(WRITE, timeout) if written.zero?
       end
       total
     rescue ::IOError
@@ -167,33 +182,48 @@ module Evix
       raise ClosedError, "IO is closed" if @io.closed?
     end
 
-    # Reads more into the buffer; false at end of file. After a short read
-    # the kernel buffer is most likely empty: wait first instead of paying a
-    # read that fails with EAGAIN (the registration is level-triggered, so
-    # data that is already there wakes the wait at once). After FAIR_READS
-    # full reads in a row it waits too, so a peer that never stops sending
-    # cannot keep the loop to itself.
-    def fill(maxlen, timeout)
-      loop do
-        return false if @eof
-        raise ClosedError, "IO is closed" if @io.closed?
+    # Reads more into the buffer; false at end of file.
+    def fill(timeout)
+      chunk = read_chunk(CHUNK, timeout) or return false
+      @buffer << chunk
+      true
+    end
 
-        wait(READ, timeout) if @drained || (@streak += 1) > FAIR_READS
-        @drained = false
-        chunk = @io.read_nonblock(maxlen, @loop.read_buffer, exception: false)
-        case chunk
-        when :wait_readable then @drained = true
-        when nil then return false
-        else
-          @drained = chunk.bytesize < maxlen
-          @streak = 0 if @drained
-          @buffer << chunk
-          @idle_timer&.again
-          return true
+    # The next chunk of input, in the loop's scratch buffer (good until the
+    # next read), or nil at end of file. After a short read the kernel buffer
+    # is most likely empty: wait first instead of paying a read that fails
+    # with EAGAIN (the registration is level-triggered, so data that is
+    # already there wakes the wait at once). After FAIR_READS reads without a
+    # wait it waits too, so a peer that never stops sending cannot keep the
+    # loop to itself.
+    def read_chunk(maxlen, timeout)
+      until @eof
+        if @drained || @streak >= FAIR_READS
+          wait(READ, timeout)
+          @drained = false
+          @streak = 0
+          next # close_read may have come while waiting
         end
+        chunk = @io.read_nonblock(maxlen, @scratch, exception: false)
+        # This way round it is a pointer comparison; `chunk == :wait_readable`
+        # would call String#==, which asks the Symbol for #to_str.
+        if :wait_readable == chunk # rubocop:disable Style/YodaCondition
+          @drained = true
+          next
+        end
+        return unless chunk
+
+        @drained = chunk.bytesize < maxlen
+        @streak += 1
+        @idle_timer&.again
+        return chunk
       end
     rescue Errno::ECONNRESET
-      false
+      nil
+    rescue ::IOError
+      raise ClosedError, "IO is closed" if @io.closed?
+
+      raise
     end
 
     # The first +length+ bytes of the buffer; the whole buffer is handed over
@@ -202,11 +232,12 @@ module Evix
       return @buffer.slice!(0, length) if length < @buffer.bytesize
 
       taken = @buffer
-      @buffer = String.new(encoding: Encoding::BINARY)
+      @buffer = +EMPTY
       taken
     end
 
-    def line_from_buffer(separator, limit)
+    def line_from_buffer(separator, limit, paragraph)
+      @buffer.sub!(/\A\n+/, "") if paragraph
       index = separator && @buffer.index(separator)
       return take(index + separator.bytesize) if index && (limit.nil? || index + separator.bytesize <= limit)
       return take(limit) if limit && @buffer.bytesize >= limit
@@ -214,24 +245,47 @@ module Evix
       nil
     end
 
+    # Waits for +events+. Its callers on the hot path know the IO is open;
+    # on a closed one wait_io raises Evix::ClosedError. After close_read a
+    # wait to read returns at once.
     def wait(events, timeout)
+      fiber = Fiber.current
+      check_task(fiber) unless fiber == @task_fiber
+      return true if @eof && events == READ && !@io.closed?
+
+      outcome = events == READ && !@reader ? wait_as_reader(fiber, timeout) : wait_as_other(fiber, events, timeout)
+      outcome.is_a?(Integer) || finish_wait(outcome, timeout)
+    end
+
+    # Only a task's fiber can wait (the loop resumes it). The last fiber
+    # checked is remembered: a fiber stays a task's for life.
+    def check_task(fiber)
       raise Error, "Evix::IO must be used inside a task (Evix::Loop#spawn)" unless Task.current
 
-      check_open
-      return true if events == READ && @eof
+      @task_fiber = fiber
+    end
 
-      fiber = Fiber.current
-      @waiters[fiber] = events
-      finish_wait(@loop.wait_io(@io, events, timeout), timeout)
+    # The usual case: the one fiber waiting to read, kept in an ivar.
+    def wait_as_reader(fiber, timeout)
+      @reader = fiber
+      @loop.wait_io(@io, READ, timeout)
     ensure
-      @waiters.delete(fiber) if fiber
+      @reader = nil
+    end
+
+    # Writers and further readers.
+    def wait_as_other(fiber, events, timeout)
+      @waiters[fiber] = events
+      @loop.wait_io(@io, events, timeout)
+    ensure
+      @waiters.delete(fiber)
     end
 
     def finish_wait(outcome, timeout)
       raise ClosedError, "IO was closed while waiting" if @io.closed?
 
       case outcome
-      when Integer, :eof then true
+      when :eof then true
       when nil then raise TimeoutError, "IO operation timed out after #{timeout}s"
       when :closed then raise ClosedError, "IO was closed while waiting"
       else raise Error, "unexpected resume of a fiber waiting on an Evix::IO: #{outcome.inspect}"
@@ -240,6 +294,9 @@ module Evix
 
     # Resumes the fibers waiting for +events+ with +outcome+ on the next tick.
     def wake_waiters(events, outcome)
+      if (reader = @reader) && events.anybits?(READ)
+        @loop.next_tick { reader.resume(outcome) if @reader.equal?(reader) }
+      end
       @waiters.each do |fiber, waited|
         next if waited.nobits?(events)
 

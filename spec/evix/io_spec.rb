@@ -254,6 +254,24 @@ RSpec.describe Evix::IO do
       expect(Digest::SHA256.hexdigest(received)).to eq(Digest::SHA256.hexdigest(data))
     end
 
+    it "sends the bytes the string had at the call even if the caller changes it while the write waits" do
+      [0, 1000].each do |room| # 0: waits before writing anything; 1000: after a partial write
+        a, b = socket_pair
+        filled = fill_up(a)
+        b.read(room) if room.positive?
+        data = +("A" * 200_000)
+        writer = ev.spawn { ev.wrap(a).write(data) }
+        received = ev.spawn do
+          ev.sleep(0.01)
+          data.replace("B" * 200_000) # while the write waits
+          ev.wrap(b).read_exactly(filled - room + 200_000)
+        end
+        ev.run
+        expect(writer.wait).to eq(200_000)
+        expect(received.wait.byteslice(filled - room, 200_000)).to eq("A" * 200_000), "room #{room}"
+      end
+    end
+
     it "raises Errno::EPIPE (not a silent success) when the peer is gone" do
       peer.close
       expect { in_task { io.write("x" * 1_000_000) } }.to raise_error(Errno::EPIPE)
@@ -293,6 +311,57 @@ RSpec.describe Evix::IO do
       expect(reader.wait).to eq("hello bye")
       expect(writer.wait).to eq(:written)
       expect(peer_task.wait == big).to be(true)
+    end
+  end
+
+  describe "several fibers reading one IO" do
+    it "share the data: each read returns what it took, and every message arrives once" do
+      got = []
+      readers = Array.new(2) { ev.spawn { 2.times { got << io.read(3) } } }
+      ev.spawn do
+        4.times do |i|
+          peer.write("m#{i}!")
+          ev.sleep(0.01)
+        end
+      end
+      ev.run
+      readers.each(&:wait)
+      expect(got.sort).to eq(%w[m0! m1! m2! m3!])
+      expect(ev.stats.values_at(:watchers, :timers)).to eq([0, 0])
+    end
+
+    it "are all woken by #close with Evix::ClosedError, and by #close_read with end of file" do
+      outcomes = Array.new(3) do
+        ev.spawn do
+          io.read
+        rescue Evix::ClosedError
+          :closed
+        end
+      end
+      other = ev.wrap(peer)
+      at_eof = Array.new(3) { ev.spawn { other.read } }
+      ev.spawn do
+        ev.sleep(0.02)
+        io.close
+        other.close_read
+      end
+      ev.run
+      expect(outcomes.map(&:wait)).to eq(%i[closed closed closed])
+      expect(at_eof.map(&:wait)).to eq([nil, nil, nil])
+    end
+
+    it "time out one by one while another keeps waiting and then gets the data" do
+      impatient = ev.spawn do
+        io.read(timeout: 0.02)
+      rescue Evix::TimeoutError => e
+        e.class
+      end
+      patient = ev.spawn { io.read }
+      ev.spawn do
+        ev.sleep(0.05)
+        peer.write("late")
+      end
+      expect([impatient.wait, patient.wait]).to eq([Evix::TimeoutError, "late"])
     end
   end
 
