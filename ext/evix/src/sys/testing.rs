@@ -40,3 +40,9 @@ pub fn close(fd: RawFd) {
 pub fn dup(fd: RawFd) -> RawFd {
     syscall!(dup(fd)).expect("dup")
 }
+
+/// Puts `fd`'s file on the number `onto` (closing what was there), as a
+/// reused fd number would: deterministic even with tests running in parallel.
+pub fn dup2(fd: RawFd, onto: RawFd) {
+    syscall!(dup2(fd, onto)).expect("dup2");
+}
