@@ -202,6 +202,26 @@ RSpec.describe Evix::Loop do
 
       it "rejects an unknown run mode" do
         expect { ev.run(:sometimes) }.to raise_error(ArgumentError, /sometimes/)
+        expect { ev.run(1) }.to raise_error(TypeError)
+      end
+
+      it "checks the arity of run, run_once, add_timer and Timer#again like Ruby methods" do
+        given2 = "wrong number of arguments (given 2, expected 0..1)"
+        expect { ev.run(:once, 1) }.to raise_error(ArgumentError, given2)
+        expect { ev.run_once(1, 2) }.to raise_error(ArgumentError, given2)
+        block = proc {}
+        expect { ev.add_timer(1, 2, &block) }
+          .to raise_error(ArgumentError, "wrong number of arguments (given 2, expected 1)")
+        timer = ev.add_timer(1) {}
+        expect { timer.again(1, 2) }.to raise_error(ArgumentError, given2)
+        expect(ev.stats[:timers]).to eq(1)
+      end
+
+      it "takes repeat: only as a keyword and rejects unknown keywords" do
+        expect { ev.add_timer(1, { repeat: 1 }) {} }
+          .to raise_error(ArgumentError, "wrong number of arguments (given 2, expected 1)")
+        expect { ev.add_timer(1, foo: 1) {} }.to raise_error(ArgumentError, "unknown keyword: :foo")
+        expect(ev.stats[:timers]).to eq(0)
       end
 
       it "loses nothing when add_io fails" do

@@ -65,6 +65,27 @@ RSpec.describe "Evix::Loop#wait_io, #suspend and #release_io" do
     expect { in_task { ev.wait_io(r, Evix::READ) } }.to raise_error(Evix::ClosedError)
   end
 
+  it "takes an IO, an object whose to_io is one, or an fd, and raises for a closed socket or a bare IO" do
+    r, w = pipe
+    w.write("x")
+    holder = Struct.new(:to_io).new(r)
+    expect(in_task { [ev.wait_io(r, Evix::READ), ev.wait_io(holder, Evix::READ), ev.wait_io(r.fileno, Evix::READ)] })
+      .to eq([Evix::READ] * 3)
+    a, = socket_pair
+    a.close
+    expect { in_task { ev.wait_io(a, Evix::READ) } }.to raise_error(Evix::ClosedError)
+    expect { in_task { ev.wait_io(IO.allocate, Evix::READ) } }.to raise_error(IOError)
+    expect(ev.stats[:watchers]).to eq(0)
+  end
+
+  it "checks its arity like a Ruby method" do
+    r, = pipe
+    expect { ev.wait_io(r) }.to raise_error(ArgumentError, "wrong number of arguments (given 1, expected 2..3)")
+    expect { ev.wait_io(r, Evix::READ, 1, 2) }
+      .to raise_error(ArgumentError, "wrong number of arguments (given 4, expected 2..3)")
+    expect { ev.suspend(1, 2) }.to raise_error(ArgumentError, "wrong number of arguments (given 2, expected 0..1)")
+  end
+
   it "cannot suspend the root fiber and cleans up after the attempt" do
     r, = pipe
     expect { ev.wait_io(r, Evix::READ) }.to raise_error(FiberError)

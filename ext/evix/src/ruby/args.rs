@@ -3,24 +3,55 @@
 
 use super::errors;
 use crate::sys::Interest;
-use magnus::{prelude::*, Error, Float, Integer, Ruby, Value};
+use magnus::{prelude::*, value::LazyId, Error, Float, Integer, Ruby, Value};
 use std::time::Duration;
+
+static TO_F: LazyId = LazyId::new("to_f");
 
 pub const READ: i64 = 1;
 pub const WRITE: i64 = 2;
 pub const ONESHOT: i64 = 4;
 
+/// Checks the number of positional arguments of a method defined with arity
+/// -1 against `min..=max` and raises Ruby's own `ArgumentError` ("wrong
+/// number of arguments (given 4, expected 2..3)") otherwise. The hot methods
+/// use this instead of magnus's `scan_args`, which formats its
+/// `rb_scan_args` spec string into a heap `CString` on every call.
+pub fn arity(ruby: &Ruby, args: &[Value], min: usize, max: usize) -> Result<(), Error> {
+    if args.len() < min || args.len() > max {
+        return ruby.check_arity(args.len(), min..=max);
+    }
+    Ok(())
+}
+
+/// The optional positional argument at `index`, `None` when it was not
+/// given or is nil.
+pub fn optional(args: &[Value], index: usize) -> Option<Value> {
+    args.get(index).copied().filter(|v| !v.is_nil())
+}
+
+/// An optional duration argument (absent or nil: `None`), as [`seconds`].
+pub fn optional_seconds(
+    ruby: &Ruby,
+    value: Option<Value>,
+    name: &str,
+) -> Result<Option<Duration>, Error> {
+    value.map(|v| seconds(ruby, v, name)).transpose()
+}
+
 /// Seconds (Integer, Float, Rational or any Numeric) as a Duration.
 pub fn seconds(ruby: &Ruby, value: Value, name: &str) -> Result<Duration, Error> {
     let secs = if let Some(i) = Integer::from_value(value) {
         match i.to_i64() {
+            // Exact, and cheaper than the float conversion below.
+            Ok(i) if i >= 0 => return Ok(Duration::from_secs(i as u64)),
             Ok(i) => i as f64,
-            Err(_) => value.funcall::<_, _, f64>("to_f", ())?,
+            Err(_) => value.funcall::<_, _, f64>(*TO_F, ())?,
         }
     } else if let Some(f) = Float::from_value(value) {
         f.to_f64()
     } else if value.is_kind_of(ruby.class_numeric()) {
-        value.funcall::<_, _, f64>("to_f", ())?
+        value.funcall::<_, _, f64>(*TO_F, ())?
     } else {
         return Err(errors::type_error(
             ruby,

@@ -9,13 +9,20 @@ use crate::core::{Loop, Pin, RunError, RunMode};
 use crate::sys::{fork, BackendKind};
 use magnus::rb_sys::AsRawValue;
 use magnus::{
-    function, gc::Marker, method, prelude::*, scan_args, typed_data::Obj, DataTypeFunctions, Error,
-    RHash, RModule, Ruby, Symbol, TypedData, Value,
+    function, gc::Marker, method, prelude::*, scan_args, typed_data::Obj, value::LazyId,
+    DataTypeFunctions, Error, RFile, RHash, RModule, Ruby, Symbol, TryConvert, TypedData, Value,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+// Interned once: calling a method by `&str` interns its name on every call.
+static TO_IO: LazyId = LazyId::new("to_io");
+static CLOSED: LazyId = LazyId::new("closed?");
+static FILENO: LazyId = LazyId::new("fileno");
+static REPEAT: LazyId = LazyId::new("repeat");
+static BACKEND: LazyId = LazyId::new("backend");
 
 /// `IO#reopen` calls so far, process-wide: part of every pin's identity,
 /// because a reopen puts another file under the same IO object and fd.
@@ -50,7 +57,7 @@ impl RbLoop {
     fn new(ruby: &Ruby, args: &[Value]) -> Result<Self, Error> {
         let args = scan_args::scan_args::<(), (), (), (), RHash, ()>(args)?;
         let kw =
-            scan_args::get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &["backend"])?;
+            scan_args::get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &[*BACKEND])?;
         let kind = backend_kind(ruby, kw.optional.0)?;
         let core = Loop::new(kind).map_err(|e| errors::os(ruby, e, "Evix::Loop.new"))?;
         Ok(RbLoop {
@@ -117,11 +124,23 @@ impl RbLoop {
 
     fn add_timer(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Obj<RbTimer>, Error> {
         let core = rb_self.usable(ruby)?;
-        let args = scan_args::scan_args::<(Value,), (), (), (), RHash, ()>(args)?;
-        let kw =
-            scan_args::get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &["repeat"])?;
-        let delay = args::seconds(ruby, args.required.0, "delay")?;
-        let interval = match kw.optional.0.filter(|v| !v.is_nil()) {
+        // `add_timer(delay)`, the common call, skips `scan_args` (it formats
+        // its spec string on every call); anything else, keywords included,
+        // goes through it so `repeat:` is told apart from a positional Hash.
+        let (delay, repeat) = match *args {
+            [delay] => (delay, None),
+            _ => {
+                let args = scan_args::scan_args::<(Value,), (), (), (), RHash, ()>(args)?;
+                let kw = scan_args::get_kwargs::<_, (), (Option<Value>,), ()>(
+                    args.keywords,
+                    &[],
+                    &[*REPEAT],
+                )?;
+                (args.required.0, kw.optional.0)
+            }
+        };
+        let delay = args::seconds(ruby, delay, "delay")?;
+        let interval = match repeat.filter(|v| !v.is_nil()) {
             None => None,
             Some(value) => {
                 let interval = args::seconds(ruby, value, "repeat")?;
@@ -169,20 +188,19 @@ impl RbLoop {
     /// is pinned to `io` (see `core::Pin`), so waiting again costs no syscall.
     fn wait_io(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Value, Error> {
         let core = rb_self.usable(ruby)?;
-        let args = scan_args::scan_args::<(Value, Value), (Option<Value>,), (), (), (), ()>(args)?;
-        let (target, events) = args.required;
-        let (fd, keep) = descriptor(ruby, target)?;
-        let (interest, _) = args::events(ruby, events)?;
-        let timeout = match args.optional.0.filter(|v| !v.is_nil()) {
-            Some(value) => Some(args::seconds(ruby, value, "timeout")?),
-            None => None,
-        };
+        args::arity(ruby, args, 2, 3)?;
+        let (fd, keep) = descriptor(ruby, args[0])?;
+        let (interest, _) = args::events(ruby, args[1])?;
+        let timeout = args::optional_seconds(ruby, args::optional(args, 2), "timeout")?;
         let fiber = ruby.fiber_current();
+        let resume = Self::retain(&rb_self, Callback::resume(fiber, keep));
+        // The pin keeps the same IO alive as `resume`, whose barrier above
+        // covers it, so it needs none of its own. (The core drops it unless
+        // the fd's registration is new or changes owner.)
         let pin = keep.map(|io| Pin {
             owner: (io.as_raw(), REOPENS.load(Ordering::Relaxed)),
-            keep: Self::retain(&rb_self, Callback::keep_alive(io)),
+            keep: Callback::keep_alive(io),
         });
-        let resume = Self::retain(&rb_self, Callback::resume(fiber, keep));
         let watcher = errors::guard(ruby, || {
             core.add_watcher(fd, interest, true, resume, pin)
                 .map_err(|e| errors::os(ruby, e, &format!("wait_io(fd {fd})")))
@@ -202,11 +220,8 @@ impl RbLoop {
     /// resumed with. One timer and no Ruby object per call.
     fn suspend(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Value, Error> {
         let core = rb_self.usable(ruby)?;
-        let args = scan_args::scan_args::<(), (Option<Value>,), (), (), (), ()>(args)?;
-        let timeout = match args.optional.0.filter(|v| !v.is_nil()) {
-            Some(value) => Some(args::seconds(ruby, value, "timeout")?),
-            None => None,
-        };
+        args::arity(ruby, args, 0, 1)?;
+        let timeout = args::optional_seconds(ruby, args::optional(args, 0), "timeout")?;
         let resume = Self::retain(&rb_self, Callback::resume(ruby.fiber_current(), None));
         let timer = timeout.map(|t| core.add_timer(t, None, resume));
         let result = ruby.fiber_yield::<_, Value>(());
@@ -247,8 +262,11 @@ impl RbLoop {
 
     fn run(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<(), Error> {
         let core = rb_self.usable(ruby)?;
-        let args = scan_args::scan_args::<(), (Option<Symbol>,), (), (), (), ()>(args)?;
-        let mode = match args.optional.0.map(|s| s.name()).transpose()?.as_deref() {
+        args::arity(ruby, args, 0, 1)?;
+        let mode = args::optional(args, 0)
+            .map(Symbol::try_convert)
+            .transpose()?;
+        let mode = match mode.map(|s| s.name()).transpose()?.as_deref() {
             None | Some("default") => RunMode::Default,
             Some("once") => RunMode::Once,
             Some("nowait") => RunMode::NoWait,
@@ -268,11 +286,9 @@ impl RbLoop {
 
     fn run_once(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<bool, Error> {
         let core = rb_self.usable(ruby)?;
-        let args = scan_args::scan_args::<(), (Option<Value>,), (), (), (), ()>(args)?;
-        let timeout: Option<Duration> = match args.optional.0.filter(|v| !v.is_nil()) {
-            None => None,
-            Some(value) => Some(args::seconds(ruby, value, "timeout")?),
-        };
+        args::arity(ruby, args, 0, 1)?;
+        let timeout: Option<Duration> =
+            args::optional_seconds(ruby, args::optional(args, 0), "timeout")?;
         errors::guard(ruby, || {
             core.run_once(timeout, &mut RubyDriver { ruby })
                 .map_err(|e| run_error(ruby, e))
@@ -367,6 +383,11 @@ fn backend_kind(ruby: &Ruby, requested: Option<Value>) -> Result<BackendKind, Er
 
 /// An IO (anything with #to_io) or an Integer fd, and the object to keep alive.
 fn descriptor(ruby: &Ruby, target: Value) -> Result<(i32, Option<Value>), Error> {
+    // The common case: an IO itself (any T_FILE: File, sockets, pipes), whose
+    // #to_io is itself.
+    if RFile::from_value(target).is_some() {
+        return io_descriptor(ruby, target);
+    }
     if let Some(fd) = magnus::Integer::from_value(target) {
         let fd = fd.to_i64().unwrap_or(i64::MAX);
         if fd < 0 || fd > i64::from(i32::MAX) {
@@ -377,7 +398,7 @@ fn descriptor(ruby: &Ruby, target: Value) -> Result<(i32, Option<Value>), Error>
         }
         return Ok((fd as i32, None));
     }
-    if !target.respond_to("to_io", false)? {
+    if !target.respond_to(*TO_IO, false)? {
         return Err(errors::type_error(
             ruby,
             format!(
@@ -386,12 +407,30 @@ fn descriptor(ruby: &Ruby, target: Value) -> Result<(i32, Option<Value>), Error>
             ),
         ));
     }
-    let io: Value = target.funcall("to_io", ())?;
-    if io.funcall::<_, _, bool>("closed?", ())? {
+    let io: Value = target.funcall(*TO_IO, ())?;
+    if RFile::from_value(io).is_some() {
+        return io_descriptor(ruby, io);
+    }
+    if io.funcall::<_, _, bool>(*CLOSED, ())? {
         return Err(errors::closed(ruby, "IO"));
     }
-    let fd: i32 = io.funcall("fileno", ())?;
+    let fd: i32 = io.funcall(*FILENO, ())?;
     Ok((fd, Some(io)))
+}
+
+/// A real IO's fd: one call, as `IO#fileno` raises for a closed IO (only
+/// then is `closed?` asked, to raise `Evix::ClosedError` as for any IO).
+fn io_descriptor(ruby: &Ruby, io: Value) -> Result<(i32, Option<Value>), Error> {
+    match io.funcall::<_, _, i32>(*FILENO, ()) {
+        Ok(fd) => Ok((fd, Some(io))),
+        Err(e) => {
+            if io.funcall::<_, _, bool>(*CLOSED, ())? {
+                Err(errors::closed(ruby, "IO"))
+            } else {
+                Err(e)
+            }
+        }
+    }
 }
 
 fn run_error(ruby: &Ruby, error: RunError<Error>) -> Error {

@@ -5,8 +5,8 @@ use super::callback::Callback;
 use super::event_loop::RbLoop;
 use crate::core::Key;
 use magnus::{
-    block::Proc, gc::Marker, method, prelude::*, scan_args, typed_data::Obj, value::Opaque,
-    DataTypeFunctions, Error, RModule, Ruby, TypedData, Value,
+    block::Proc, gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions,
+    Error, RModule, Ruby, TypedData, Value,
 };
 use std::cell::Cell;
 use std::time::Duration;
@@ -69,8 +69,8 @@ impl RbTimer {
     fn again(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Obj<Self>, Error> {
         let owner = rb_self.owner(ruby);
         let core = owner.usable(ruby)?;
-        let args = scan_args::scan_args::<(), (Option<Value>,), (), (), (), ()>(args)?;
-        if let Some(value) = args.optional.0.filter(|v| !v.is_nil()) {
+        args::arity(ruby, args, 0, 1)?;
+        if let Some(value) = args::optional(args, 0) {
             rb_self.delay.set(args::seconds(ruby, value, "delay")?);
         }
         let delay = rb_self.delay.get();
