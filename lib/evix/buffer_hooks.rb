@@ -14,10 +14,10 @@ module Evix
       def io_read(io, buffer, length, offset = 0)
         total = 0
         while total.zero? || total < length
-          chunk = blocking { io.read_nonblock(buffer.size - offset, exception: false) }
+          chunk = read_nonblock(io, buffer.size - offset)
           return total if chunk.nil?
 
-          if chunk == :wait_readable
+          if :wait_readable == chunk # rubocop:disable Style/YodaCondition -- no String#== call
             return -Errno::ETIMEDOUT::Errno unless io_wait(io, ::IO::READABLE, io_timeout(io))
           else
             buffer.set_string(chunk, offset)
@@ -36,7 +36,7 @@ module Evix
       def io_write(io, buffer, length, offset = 0)
         total = 0
         while (total.zero? || total < length) && offset < buffer.size
-          written = blocking { io.write_nonblock(buffer.get_string(offset), exception: false) }
+          written = write_nonblock(io, buffer.get_string(offset))
           if written == :wait_writable
             return -Errno::ETIMEDOUT::Errno unless io_wait(io, ::IO::WRITABLE, io_timeout(io))
           else
@@ -92,6 +92,30 @@ module Evix
       end
 
       private
+
+      # Ruby 3.1's BasicSocket#read_nonblock and IO#write_nonblock call the
+      # kernel directly; only IO#read_nonblock on other IOs would come back
+      # into io_read, so only that needs the blocking fiber there. (Later
+      # Rubies have a cheap Fiber.blocking, used for every call.)
+      if Fiber.respond_to?(:blocking)
+        def read_nonblock(io, size)
+          Fiber.blocking { io.read_nonblock(size, exception: false) }
+        end
+
+        def write_nonblock(io, data)
+          Fiber.blocking { io.write_nonblock(data, exception: false) }
+        end
+      else
+        def read_nonblock(io, size)
+          return io.read_nonblock(size, exception: false) if io.is_a?(BasicSocket)
+
+          blocking { io.read_nonblock(size, exception: false) }
+        end
+
+        def write_nonblock(io, data)
+          io.write_nonblock(data, exception: false)
+        end
+      end
 
       # Runs the block in a blocking fiber. Ruby 3.1 has no Fiber.blocking:
       # one long-lived blocking fiber per scheduler runs the calls there, as
