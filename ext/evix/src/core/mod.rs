@@ -23,7 +23,7 @@ use std::io;
 use std::os::unix::io::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use timers::{deadline_after, Timers};
+use timers::{deadline_after, Due, Timers};
 
 /// Why a callback is called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +62,16 @@ pub trait Driver<C> {
 
     fn invoke(&mut self, callback: C, fire: Fire) -> Result<(), Self::Error>;
 
+    /// A hint that `callback` is about to be invoked: start loading what
+    /// invoking it will read at `level` of indirection (0: the callback's
+    /// own object; 1: what that points to, which level 0 has loaded by
+    /// now). It runs while the loop's state is borrowed, so it must not
+    /// call into the loop or into anything that may run a garbage collector.
+    /// The default does nothing.
+    fn prefetch(&self, callback: &C, level: usize) {
+        let _ = (callback, level);
+    }
+
     /// Whether blocking costs much more than a non-blocking poll (the Ruby
     /// driver releases the GVL to block), so the loop should look first.
     fn blocking_is_costly(&self) -> bool {
@@ -96,6 +106,8 @@ struct State<C> {
     immediates: VecDeque<C>,
     deferred: VecDeque<C>,
     timers: Timers<C>,
+    /// The timer phase's batch buffer, kept between phases.
+    due: Vec<Due>,
     registry: Registry<C>,
     iterations: u64,
     rebuilds: u64,
@@ -137,6 +149,7 @@ impl<C: Clone> Loop<C> {
                 immediates: VecDeque::new(),
                 deferred: VecDeque::new(),
                 timers: Timers::default(),
+                due: Vec::new(),
                 registry: Registry::default(),
                 iterations: 0,
                 rebuilds: 0,
@@ -387,7 +400,7 @@ impl<C: Clone> Loop<C> {
         if nowait || self.stop.get() || (limit.is_none() && !self.alive()) {
             return Some(Duration::ZERO);
         }
-        let state = self.state.borrow();
+        let mut state = self.state.borrow_mut();
         if !state.immediates.is_empty() || !state.deferred.is_empty() || self.shared.has_posts() {
             return Some(Duration::ZERO);
         }
@@ -470,19 +483,55 @@ impl<C: Clone> Loop<C> {
         Ok(())
     }
 
-    /// Phase 5: due timers, re-reading the clock after each callback.
+    /// Phase 5: due timers. They are taken out of the heap in batches, each
+    /// against one clock read; the clock is read again after each batch, so
+    /// this fires what re-reading it after every callback would, in the same
+    /// order (see `Timers::take_due`). A timer cancelled or re-armed by an
+    /// earlier callback of its batch does not fire; one armed during the
+    /// phase waits for the next iteration.
     fn run_timers<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
-        let mark = self.state.borrow().timers.sequence_mark();
-        let mut now = Instant::now();
+        let (mark, mut now) = {
+            let mut state = self.state.borrow_mut();
+            // No clock read at all when no timer is armed.
+            let Some(earliest) = state.timers.earliest() else {
+                return Ok(());
+            };
+            let now = Instant::now();
+            if earliest > now {
+                return Ok(());
+            }
+            (state.timers.sequence_mark(), now)
+        };
+        let mut batch = Batch {
+            state: &self.state,
+            due: std::mem::take(&mut self.state.borrow_mut().due),
+            next: 0,
+        };
         loop {
-            let due = self.state.borrow_mut().timers.pop_due(now, mark);
-            let Some(callback) = due else { break };
-            driver
-                .invoke(callback, Fire::Timer)
-                .map_err(RunError::Callback)?;
+            batch.due.clear();
+            batch.next = 0;
+            self.state
+                .borrow_mut()
+                .timers
+                .take_due(now, mark, &mut batch.due, BATCH);
+            if batch.due.is_empty() {
+                return Ok(());
+            }
+            while let Some(&due) = batch.due.get(batch.next) {
+                let fired = {
+                    let mut state = self.state.borrow_mut();
+                    prefetch_ahead(&state.timers, driver, &batch.due[batch.next..]);
+                    state.timers.fire(due, Instant::now)
+                };
+                batch.next += 1;
+                if let Some(callback) = fired {
+                    driver
+                        .invoke(callback, Fire::Timer)
+                        .map_err(RunError::Callback)?;
+                }
+            }
             now = Instant::now();
         }
-        Ok(())
     }
 
     /// Phase 6: deferred callbacks queued before the phase began.
@@ -496,6 +545,52 @@ impl<C: Clone> Loop<C> {
                 .map_err(RunError::Callback)?;
         }
         Ok(())
+    }
+}
+
+/// Due timers taken per clock read.
+const BATCH: usize = 256;
+
+/// How many timers ahead of the one firing the timer phase prefetches.
+const PREFETCH: usize = 4;
+
+/// Due timers sit in random places in memory, and so do the objects their
+/// callbacks touch: while `due[0]` fires, start loading what firing the next
+/// ones reads, as a pipeline in which each step finds the memory of the
+/// previous one arrived: the slot `3 * PREFETCH` timers ahead, the
+/// callback's object `2 * PREFETCH` ahead, what that points to `PREFETCH`
+/// ahead.
+fn prefetch_ahead<C: Clone, D: Driver<C>>(timers: &Timers<C>, driver: &D, due: &[Due]) {
+    if let Some(&ahead) = due.get(3 * PREFETCH) {
+        timers.prefetch(ahead);
+    }
+    for (level, distance) in [(0, 2 * PREFETCH), (1, PREFETCH)] {
+        if let Some(callback) = due.get(distance).and_then(|&ahead| timers.peek(ahead)) {
+            driver.prefetch(callback, level);
+        }
+    }
+}
+
+/// A batch of due timers being fired. However the phase ends (a callback's
+/// error or a panic), what was taken but not fired goes back into the heap,
+/// and the buffer back into the state for the next phase.
+struct Batch<'a, C: Clone> {
+    state: &'a RefCell<State<C>>,
+    due: Vec<Due>,
+    next: usize,
+}
+
+impl<C: Clone> Drop for Batch<'_, C> {
+    fn drop(&mut self) {
+        let Ok(mut state) = self.state.try_borrow_mut() else {
+            return;
+        };
+        for &due in &self.due[self.next..] {
+            state.timers.untake(due);
+        }
+        state.timers.end_phase();
+        self.due.clear();
+        state.due = std::mem::take(&mut self.due);
     }
 }
 

@@ -281,11 +281,12 @@ impl<C: Clone> Registry<C> {
             if hit.is_empty() {
                 continue;
             }
-            let callback = watcher.callback.clone();
-            if watcher.oneshot {
-                self.remove(key);
+            if !watcher.oneshot {
+                return Some((watcher.callback.clone(), hit));
             }
-            return Some((callback, hit));
+            if let Some(callback) = self.remove(key) {
+                return Some((callback, hit));
+            }
         }
         None
     }

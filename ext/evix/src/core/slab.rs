@@ -67,6 +67,21 @@ impl<T> Slab<T> {
         }
     }
 
+    /// Occupant of slot `index` whatever its generation, if any.
+    pub fn occupant(&self, index: u32) -> Option<&T> {
+        self.slots.get(index as usize)?.value.as_ref()
+    }
+
+    /// Starts loading slot `index` into the cache.
+    pub fn prefetch(&self, index: u32) {
+        if let Some(slot) = self.slots.get(index as usize) {
+            // Both ends: a slot may straddle two cache lines.
+            let start: *const Slot<T> = slot;
+            crate::sys::prefetch(start);
+            crate::sys::prefetch(start.cast::<u8>().wrapping_add(size_of::<Slot<T>>() - 1));
+        }
+    }
+
     /// Occupant of slot `index` whatever its generation (for heap bookkeeping).
     pub fn at_mut(&mut self, index: u32) -> &mut T {
         self.slots[index as usize]

@@ -1,20 +1,52 @@
-//! Timers: a binary min-heap keyed by (deadline, sequence) whose nodes know
-//! their slot, and slots that know their heap position, so cancel and `again`
-//! are O(log n) without tombstones.
+//! Timers: a 4-ary min-heap of (deadline, sequence) nodes with lazy cancel.
+//!
+//! Every arming (add, `again`, a repeating timer's re-arm) pushes a node with
+//! a fresh sequence number and records that number in the timer's slot; a
+//! node is live only while its slot holds that number. Cancel and `again`
+//! therefore never touch the heap: the node left behind is dropped when it
+//! reaches the top, or when such dead nodes outnumber the live timers and
+//! the heap is rebuilt without them. The heap never updates the slots while
+//! it sifts, so a pop touches only the heap.
+//!
+//! Due timers are fired in two steps: [`Timers::take_due`] moves a batch of
+//! them out of the heap (their slots stay, so they are still active, still
+//! visited by `callbacks` and still cancellable), then [`Timers::fire`] hands
+//! out each one's callback just before it runs, unless a callback that ran
+//! earlier in the batch cancelled or re-armed it.
 
 use super::slab::{Key, Slab};
 use std::time::{Duration, Instant};
 
+/// Children per heap node: half the depth of a binary heap, and a node's
+/// children are contiguous.
+const ARITY: usize = 4;
+
+/// Dead nodes tolerated beyond one per live timer before a rebuild.
+const SLACK: usize = 64;
+
 #[derive(Clone, Copy, Debug)]
 struct Node {
-    deadline: Instant,
+    /// Nanoseconds since `Timers::base`.
+    deadline: u64,
     seq: u64,
     index: u32,
 }
 
 impl Node {
-    fn before(&self, other: &Node) -> bool {
-        (self.deadline, self.seq) < (other.deadline, other.seq)
+    /// (deadline, seq) as one number: a single wide compare.
+    #[inline]
+    fn key(&self) -> u128 {
+        (u128::from(self.deadline) << 64) | u128::from(self.seq)
+    }
+}
+
+/// The earlier of two (position, node) pairs; the first on a tie.
+#[inline]
+fn earlier(a: (usize, Node), b: (usize, Node)) -> (usize, Node) {
+    if b.1.key() < a.1.key() {
+        b
+    } else {
+        a
     }
 }
 
@@ -23,13 +55,23 @@ struct Entry<C> {
     callback: C,
     interval: Option<Duration>,
     referenced: bool,
-    pos: usize,
+    /// The sequence number of the timer's live node.
+    seq: u64,
 }
+
+/// A due timer taken out of the heap, waiting for [`Timers::fire`].
+#[derive(Clone, Copy, Debug)]
+pub struct Due(Node);
 
 #[derive(Debug)]
 pub struct Timers<C> {
+    /// Deadlines are kept as nanoseconds since this instant (taken when the
+    /// timers were created; every deadline and `now` the loop passes is later).
+    base: Instant,
     slab: Slab<Entry<C>>,
     heap: Vec<Node>,
+    /// Due nodes armed during the current phase, set aside by `take_due`.
+    skipped: Vec<Node>,
     next_seq: u64,
     referenced: usize,
 }
@@ -37,8 +79,10 @@ pub struct Timers<C> {
 impl<C> Default for Timers<C> {
     fn default() -> Self {
         Timers {
+            base: Instant::now(),
             slab: Slab::default(),
             heap: Vec::new(),
+            skipped: Vec::new(),
             next_seq: 0,
             referenced: 0,
         }
@@ -53,32 +97,27 @@ pub fn deadline_after(now: Instant, delay: Duration) -> Instant {
 
 impl<C: Clone> Timers<C> {
     pub fn add(&mut self, deadline: Instant, interval: Option<Duration>, callback: C) -> Key {
+        let seq = self.bump_seq();
         let key = self.slab.insert(Entry {
             callback,
             interval,
             referenced: true,
-            pos: self.heap.len(),
+            seq,
         });
         self.referenced += 1;
-        let seq = self.bump_seq();
-        self.heap.push(Node {
-            deadline,
-            seq,
-            index: key.index,
-        });
-        self.sift_up(self.heap.len() - 1);
+        self.arm(key.index, seq, deadline);
         key
     }
 
     /// Moves an active timer's deadline; `false` if the key is stale.
     pub fn again(&mut self, key: Key, deadline: Instant) -> bool {
-        let Some(pos) = self.slab.get(key).map(|e| e.pos) else {
+        let seq = self.next_seq;
+        let Some(entry) = self.slab.get_mut(key) else {
             return false;
         };
-        let seq = self.bump_seq();
-        self.heap[pos].deadline = deadline;
-        self.heap[pos].seq = seq;
-        self.restore(pos);
+        entry.seq = seq;
+        self.next_seq += 1;
+        self.arm(key.index, seq, deadline);
         true
     }
 
@@ -87,7 +126,7 @@ impl<C: Clone> Timers<C> {
         if entry.referenced {
             self.referenced -= 1;
         }
-        self.remove_at(entry.pos);
+        self.maybe_compact();
         Some(entry.callback)
     }
 
@@ -108,8 +147,15 @@ impl<C: Clone> Timers<C> {
         }
     }
 
-    pub fn earliest(&self) -> Option<Instant> {
-        self.heap.first().map(|node| node.deadline)
+    /// The earliest deadline (dropping dead nodes from the top first).
+    pub fn earliest(&mut self) -> Option<Instant> {
+        while let Some(&top) = self.heap.first() {
+            if self.is_live(&top) {
+                return Some(self.instant(top.deadline));
+            }
+            self.pop();
+        }
+        None
     }
 
     /// The next sequence number: timers armed from now on have seq >= it.
@@ -117,31 +163,84 @@ impl<C: Clone> Timers<C> {
         self.next_seq
     }
 
-    /// Takes the earliest timer if its deadline is <= `now` and it was armed
-    /// before `mark`. A repeating timer is re-armed at `now + interval` first.
-    pub fn pop_due(&mut self, now: Instant, mark: u64) -> Option<C> {
-        let top = *self.heap.first()?;
-        if top.deadline > now || top.seq >= mark {
-            // Equal-or-later keys sort after `top`, so nothing else is due either;
-            // a re-armed timer with an old deadline would have a new seq >= mark.
+    /// Moves up to `limit` nodes whose deadline is <= `now` and that were
+    /// armed before `mark` out of the heap into `out`, earliest first. Their
+    /// timers stay active until [`fire`](Self::fire) (or
+    /// [`untake`](Self::untake)). Only the heap is read here: a dead node
+    /// may be taken too (`fire` drops it), so taking costs no slot lookup.
+    ///
+    /// Due nodes armed at or after `mark` (during the timer phase) wait for
+    /// the next iteration, but older due nodes below them must not: they are
+    /// set aside until [`end_phase`](Self::end_phase), so each is passed
+    /// over once per phase however many batches follow.
+    pub fn take_due(&mut self, now: Instant, mark: u64, out: &mut Vec<Due>, limit: usize) {
+        let now = self.ticks(now);
+        let mut taken = 0;
+        while taken < limit {
+            let Some(&top) = self.heap.first() else { break };
+            if top.deadline > now {
+                break;
+            }
+            self.pop();
+            if top.seq >= mark {
+                self.skipped.push(top);
+                continue;
+            }
+            out.push(Due(top));
+            taken += 1;
+        }
+    }
+
+    /// Puts back the nodes `take_due` set aside in this phase.
+    pub fn end_phase(&mut self) {
+        while let Some(node) = self.skipped.pop() {
+            self.push(node);
+        }
+        self.maybe_compact();
+    }
+
+    /// Starts loading a taken timer's slot (see `sys::prefetch`).
+    pub fn prefetch(&self, due: Due) {
+        self.slab.prefetch(due.0.index);
+    }
+
+    /// The callback a taken timer would fire with, if it is still live.
+    pub fn peek(&self, due: Due) -> Option<&C> {
+        self.slab
+            .occupant(due.0.index)
+            .filter(|e| e.seq == due.0.seq)
+            .map(|e| &e.callback)
+    }
+
+    /// The callback of a taken timer, unless it was cancelled or re-armed
+    /// since it was taken. A one-shot timer is removed; a repeating one is
+    /// re-armed at `now() + interval` first (so its callback can cancel it).
+    pub fn fire(&mut self, due: Due, now: impl FnOnce() -> Instant) -> Option<C> {
+        let Due(node) = due;
+        if !self.is_live(&node) {
             return None;
         }
-        let entry = self.slab.at_mut(top.index);
-        let callback = entry.callback.clone();
-        let interval = entry.interval;
-        let key = self.slab.key_of(top.index);
-        match interval {
+        let key = self.slab.key_of(node.index);
+        let entry = self.slab.at_mut(node.index);
+        match entry.interval {
             Some(interval) => {
-                let seq = self.bump_seq();
-                self.heap[0].deadline = deadline_after(now, interval);
-                self.heap[0].seq = seq;
-                self.sift_down(0);
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                entry.seq = seq;
+                let callback = entry.callback.clone();
+                self.arm(node.index, seq, deadline_after(now(), interval));
+                Some(callback)
             }
-            None => {
-                self.cancel(key);
-            }
+            None => self.cancel(key),
         }
-        Some(callback)
+    }
+
+    /// Puts a taken timer back into the heap as it was (when its batch is
+    /// abandoned because a callback failed).
+    pub fn untake(&mut self, due: Due) {
+        if self.is_live(&due.0) {
+            self.push(due.0);
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -159,7 +258,20 @@ impl<C: Clone> Timers<C> {
     pub fn clear(&mut self) {
         self.slab.clear();
         self.heap.clear();
+        self.skipped.clear();
         self.referenced = 0;
+    }
+
+    fn ticks(&self, at: Instant) -> u64 {
+        let since = at.saturating_duration_since(self.base);
+        since
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(since.subsec_nanos()))
+    }
+
+    fn instant(&self, ticks: u64) -> Instant {
+        deadline_after(self.base, Duration::from_nanos(ticks))
     }
 
     fn bump_seq(&mut self) -> u64 {
@@ -168,92 +280,140 @@ impl<C: Clone> Timers<C> {
         seq
     }
 
-    fn remove_at(&mut self, pos: usize) {
-        let last = self.heap.len() - 1;
-        self.heap.swap(pos, last);
-        self.heap.pop();
-        if pos < self.heap.len() {
-            let index = self.heap[pos].index;
-            self.slab.at_mut(index).pos = pos;
-            self.restore(pos);
-        }
+    /// Whether `node` is its timer's live node.
+    fn is_live(&self, node: &Node) -> bool {
+        self.slab
+            .occupant(node.index)
+            .is_some_and(|e| e.seq == node.seq)
     }
 
-    fn restore(&mut self, pos: usize) {
-        if pos > 0 && self.heap[pos].before(&self.heap[(pos - 1) / 2]) {
-            self.sift_up(pos);
-        } else {
+    fn arm(&mut self, index: u32, seq: u64, deadline: Instant) {
+        let deadline = self.ticks(deadline);
+        self.push(Node {
+            deadline,
+            seq,
+            index,
+        });
+        self.maybe_compact();
+    }
+
+    /// Rebuilds the heap without its dead nodes once they outnumber the
+    /// live timers (amortized O(1) per cancel or re-arm).
+    fn maybe_compact(&mut self) {
+        if self.heap.len() <= 2 * self.slab.len() + SLACK {
+            return;
+        }
+        let mut heap = std::mem::take(&mut self.heap);
+        heap.retain(|node| self.is_live(node));
+        self.heap = heap;
+        for pos in (0..self.heap.len() / ARITY + 1).rev() {
             self.sift_down(pos);
         }
     }
 
-    fn sift_up(&mut self, mut pos: usize) {
-        let node = self.heap[pos];
+    fn push(&mut self, node: Node) {
+        self.heap.push(node);
+        let mut pos = self.heap.len() - 1;
+        let key = node.key();
         while pos > 0 {
-            let parent = (pos - 1) / 2;
-            if !node.before(&self.heap[parent]) {
+            let parent = (pos - 1) / ARITY;
+            if key >= self.heap[parent].key() {
                 break;
             }
             self.heap[pos] = self.heap[parent];
-            self.slab.at_mut(self.heap[pos].index).pos = pos;
             pos = parent;
         }
         self.heap[pos] = node;
-        self.slab.at_mut(node.index).pos = pos;
+    }
+
+    /// Removes the top node.
+    fn pop(&mut self) {
+        let Some(last) = self.heap.pop() else { return };
+        if !self.heap.is_empty() {
+            self.heap[0] = last;
+            self.sift_down(0);
+        }
     }
 
     /// Bottom-up ("Floyd") sift-down: the hole at `start` goes down to a leaf
-    /// along the earlier children (one comparison per level), then `node`
-    /// comes back up to its place. The node sifted down is nearly always a
-    /// late one (the heap's last leaf after a removal, or a re-armed repeating
-    /// timer), which belongs near the bottom: about half the comparisons of
-    /// the textbook loop, which compares each child pair and then the node.
+    /// along the earliest children, then `node` comes back up to its place.
+    /// The node sifted down is nearly always a late one (the heap's last leaf
+    /// after a pop), which belongs near the bottom: fewer comparisons than
+    /// comparing it with the earliest child at every level.
     fn sift_down(&mut self, start: usize) {
-        let node = self.heap[start];
-        let len = self.heap.len();
+        let heap = &mut self.heap[..];
+        let Some(&node) = heap.get(start) else { return };
         let mut pos = start;
         loop {
-            let left = 2 * pos + 1;
-            if left >= len {
-                break;
-            }
-            let right = left + 1;
-            let child = if right < len && self.heap[right].before(&self.heap[left]) {
-                right
-            } else {
-                left
+            let first = ARITY * pos + 1;
+            let child = match heap.get(first..first + ARITY) {
+                Some(&[a, b, c, d]) => {
+                    // A full set of children: a branch-free tournament.
+                    let (i, x) = earlier((0, a), (1, b));
+                    let (j, y) = earlier((2, c), (3, d));
+                    earlier((i, x), (j, y)).0
+                }
+                _ => {
+                    if first >= heap.len() {
+                        break;
+                    }
+                    let children = &heap[first..];
+                    (1..children.len()).fold(0, |best, i| {
+                        if children[i].key() < children[best].key() {
+                            i
+                        } else {
+                            best
+                        }
+                    })
+                }
             };
-            self.heap[pos] = self.heap[child];
-            self.slab.at_mut(self.heap[pos].index).pos = pos;
-            pos = child;
+            heap[pos] = heap[first + child];
+            pos = first + child;
         }
+        let key = node.key();
         while pos > start {
-            let parent = (pos - 1) / 2;
-            if !node.before(&self.heap[parent]) {
+            let parent = (pos - 1) / ARITY;
+            if key >= heap[parent].key() {
                 break;
             }
-            self.heap[pos] = self.heap[parent];
-            self.slab.at_mut(self.heap[pos].index).pos = pos;
+            heap[pos] = heap[parent];
             pos = parent;
         }
-        self.heap[pos] = node;
-        self.slab.at_mut(node.index).pos = pos;
+        heap[pos] = node;
     }
 
     #[cfg(test)]
     fn check_invariants(&self) {
         for (pos, node) in self.heap.iter().enumerate() {
             if pos > 0 {
-                assert!(!node.before(&self.heap[(pos - 1) / 2]), "heap order");
+                assert!(
+                    node.key() >= self.heap[(pos - 1) / ARITY].key(),
+                    "heap order"
+                );
             }
         }
-        assert_eq!(self.heap.len(), self.slab.len());
+        assert!(self.skipped.is_empty());
+        let live = self.heap.iter().filter(|n| self.is_live(n)).count();
+        assert_eq!(live, self.slab.len(), "one live node per timer");
+        assert!(self.heap.len() <= 2 * self.slab.len() + SLACK + 1);
         assert_eq!(
             self.referenced,
             self.slab.values().filter(|e| e.referenced).count()
         );
-        for e in self.slab.values() {
-            assert!(e.pos < self.heap.len());
+    }
+
+    /// One due timer at a time, as the loop fired them before batches.
+    #[cfg(test)]
+    fn pop_due(&mut self, now: Instant, mark: u64) -> Option<C> {
+        let mut out = Vec::new();
+        loop {
+            out.clear();
+            self.take_due(now, mark, &mut out, 1);
+            self.end_phase();
+            let due = *out.first()?;
+            if let Some(callback) = self.fire(due, || now) {
+                return Some(callback);
+            }
         }
     }
 }
@@ -269,8 +429,8 @@ mod tests {
 
     #[test]
     fn equal_deadlines_fire_in_insertion_order() {
-        let base = Instant::now();
         let mut timers = Timers::default();
+        let base = Instant::now();
         for i in 0..10 {
             timers.add(at(base, 5), None, i);
         }
@@ -282,8 +442,8 @@ mod tests {
 
     #[test]
     fn repeating_timers_skip_missed_periods() {
-        let base = Instant::now();
         let mut timers = Timers::default();
+        let base = Instant::now();
         let key = timers.add(at(base, 10), Some(Duration::from_millis(10)), "tick");
         // 100 ms late: fires once, re-armed at now + interval.
         let mark = timers.sequence_mark();
@@ -297,14 +457,53 @@ mod tests {
 
     #[test]
     fn timers_armed_during_the_phase_wait() {
-        let base = Instant::now();
         let mut timers = Timers::default();
+        let base = Instant::now();
         let mark = timers.sequence_mark();
         timers.add(at(base, 0), None, 1);
         assert!(timers.pop_due(at(base, 5), mark).is_none());
         assert!(timers
             .pop_due(at(base, 5), timers.sequence_mark())
             .is_some());
+    }
+
+    #[test]
+    fn a_timer_armed_during_the_phase_does_not_hold_back_older_due_ones() {
+        let mut timers = Timers::default();
+        let base = Instant::now();
+        timers.add(at(base, 3), None, "old");
+        let mark = timers.sequence_mark();
+        // Armed by a callback of this phase, earlier than "old".
+        timers.add(at(base, 1), None, "new");
+        assert_eq!(timers.pop_due(at(base, 5), mark), Some("old"));
+        assert_eq!(timers.pop_due(at(base, 5), mark), None);
+        timers.check_invariants();
+        assert_eq!(
+            timers.pop_due(at(base, 5), timers.sequence_mark()),
+            Some("new")
+        );
+    }
+
+    #[test]
+    fn taken_timers_can_be_cancelled_re_armed_or_put_back() {
+        let mut timers = Timers::default();
+        let base = Instant::now();
+        let keys: Vec<Key> = (0..4).map(|i| timers.add(at(base, i), None, i)).collect();
+        let mut due = Vec::new();
+        timers.take_due(at(base, 10), timers.sequence_mark(), &mut due, 10);
+        assert_eq!(due.len(), 4);
+        assert!(keys.iter().all(|&k| timers.is_active(k)), "taken is active");
+        assert_eq!(timers.cancel(keys[1]), Some(1));
+        assert!(timers.again(keys[2], at(base, 20)));
+        assert_eq!(timers.fire(due[0], || at(base, 10)), Some(0));
+        assert_eq!(timers.fire(due[1], || at(base, 10)), None, "cancelled");
+        assert_eq!(timers.fire(due[2], || at(base, 10)), None, "re-armed");
+        timers.untake(due[3]);
+        timers.check_invariants();
+        let mark = timers.sequence_mark();
+        assert_eq!(timers.pop_due(at(base, 10), mark), Some(3));
+        assert_eq!(timers.pop_due(at(base, 20), mark), Some(2));
+        assert_eq!(timers.len(), 0);
     }
 
     #[test]
@@ -317,8 +516,8 @@ mod tests {
             state ^= state << 17;
             state % n
         };
-        let base = Instant::now();
         let mut timers = Timers::default();
+        let base = Instant::now();
         // Reference: id -> (deadline ms, seq); fire order = sort by (deadline, seq).
         let mut model: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         let mut keys: BTreeMap<u32, Key> = BTreeMap::new();
@@ -360,8 +559,21 @@ mod tests {
                         .map(|(&id, &(d, s))| (d, s, id))
                         .collect();
                     expected.sort();
-                    let fired: Vec<u32> =
-                        std::iter::from_fn(|| timers.pop_due(at(base, now), mark)).collect();
+                    // In batches of a random size, as the loop takes them.
+                    let limit = 1 + rand(8) as usize;
+                    let mut fired = Vec::new();
+                    let mut due = Vec::new();
+                    loop {
+                        due.clear();
+                        timers.take_due(at(base, now), mark, &mut due, limit);
+                        if due.is_empty() {
+                            break;
+                        }
+                        for &d in &due {
+                            fired.extend(timers.fire(d, || at(base, now)));
+                        }
+                    }
+                    timers.end_phase();
                     let expected: Vec<u32> = expected.into_iter().map(|(_, _, id)| id).collect();
                     assert_eq!(fired, expected);
                     for id in fired {

@@ -5,16 +5,10 @@
 use super::{errors, nogvl};
 use crate::core::{Driver, Fire, Wake};
 use magnus::{
-    block::Proc,
-    gc::Marker,
-    prelude::*,
-    typed_data::Writebarrier,
-    value::{LazyId, Opaque},
-    Error, Fiber, Ruby, Value,
+    block::Proc, gc::Marker, rb_sys::AsRawValue, typed_data::Writebarrier, value::Opaque, Error,
+    Fiber, Ruby, Value,
 };
 use std::io;
-
-static CALL: LazyId = LazyId::new("call");
 
 #[derive(Clone, Copy)]
 enum Target {
@@ -98,14 +92,15 @@ impl Driver<Callback> for RubyDriver<'_> {
     fn invoke(&mut self, callback: Callback, fire: Fire) -> Result<(), Error> {
         match callback.target {
             Target::Block(block) => {
-                // `Proc#call` through funcall passes the arguments on the C
-                // stack; `Proc::call` would allocate an Array per dispatch.
+                // Straight into the VM's block call: `Proc::call` would
+                // allocate an Array per dispatch, and `funcall(:call)` looks
+                // the method up each time.
                 let block = self.ruby.get_inner(block);
-                match fire {
-                    Fire::Io(ready) => block.funcall::<_, _, Value>(*CALL, (ready.bits(),)),
-                    _ => block.funcall::<_, _, Value>(*CALL, ()),
-                }
-                .map(drop)
+                let arg = match fire {
+                    Fire::Io(ready) => Some(self.ruby.into_value(ready.bits())),
+                    _ => None,
+                };
+                nogvl::call_proc(self.ruby, block, arg)
             }
             Target::Fiber(fiber) => {
                 let fiber = self.ruby.get_inner(fiber);
@@ -118,6 +113,18 @@ impl Driver<Callback> for RubyDriver<'_> {
                 }
             }
             Target::Nothing => Ok(()),
+        }
+    }
+
+    fn prefetch(&self, callback: &Callback, level: usize) {
+        let Target::Block(block) = callback.target else {
+            return;
+        };
+        let block = self.ruby.get_inner(block);
+        match level {
+            // A heap object's VALUE is its address.
+            0 => crate::sys::prefetch(block.as_raw() as *const u8),
+            _ => nogvl::prefetch_proc_data(self.ruby, block),
         }
     }
 

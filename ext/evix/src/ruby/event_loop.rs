@@ -3,6 +3,7 @@
 use super::args;
 use super::callback::{required_block, Callback, RubyDriver};
 use super::errors;
+use super::nogvl;
 use super::timer::RbTimer;
 use super::watcher::RbWatcher;
 use crate::core::{Loop, Pin, RunError, RunMode};
@@ -385,8 +386,8 @@ fn backend_kind(ruby: &Ruby, requested: Option<Value>) -> Result<BackendKind, Er
 fn descriptor(ruby: &Ruby, target: Value) -> Result<(i32, Option<Value>), Error> {
     // The common case: an IO itself (any T_FILE: File, sockets, pipes), whose
     // #to_io is itself.
-    if RFile::from_value(target).is_some() {
-        return io_descriptor(ruby, target);
+    if let Some(file) = RFile::from_value(target) {
+        return io_descriptor(ruby, file);
     }
     if let Some(fd) = magnus::Integer::from_value(target) {
         let fd = fd.to_i64().unwrap_or(i64::MAX);
@@ -408,8 +409,8 @@ fn descriptor(ruby: &Ruby, target: Value) -> Result<(i32, Option<Value>), Error>
         ));
     }
     let io: Value = target.funcall(*TO_IO, ())?;
-    if RFile::from_value(io).is_some() {
-        return io_descriptor(ruby, io);
+    if let Some(file) = RFile::from_value(io) {
+        return io_descriptor(ruby, file);
     }
     if io.funcall::<_, _, bool>(*CLOSED, ())? {
         return Err(errors::closed(ruby, "IO"));
@@ -418,10 +419,12 @@ fn descriptor(ruby: &Ruby, target: Value) -> Result<(i32, Option<Value>), Error>
     Ok((fd, Some(io)))
 }
 
-/// A real IO's fd: one call, as `IO#fileno` raises for a closed IO (only
-/// then is `closed?` asked, to raise `Evix::ClosedError` as for any IO).
-fn io_descriptor(ruby: &Ruby, io: Value) -> Result<(i32, Option<Value>), Error> {
-    match io.funcall::<_, _, i32>(*FILENO, ()) {
+/// A real IO's fd: one C call, which raises for a closed IO as `IO#fileno`
+/// does (only then is `closed?` asked, to raise `Evix::ClosedError` as for
+/// any IO).
+fn io_descriptor(ruby: &Ruby, file: RFile) -> Result<(i32, Option<Value>), Error> {
+    let io = file.as_value();
+    match nogvl::io_descriptor(ruby, file) {
         Ok(fd) => Ok((fd, Some(io))),
         Err(e) => {
             if io.funcall::<_, _, bool>(*CLOSED, ())? {

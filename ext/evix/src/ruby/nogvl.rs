@@ -1,9 +1,10 @@
 //! The GVL helper: runs a blocking wait without the GVL so other Ruby threads
 //! run meanwhile, and lets Ruby interrupt it (Ctrl-C, Thread#raise/kill, trap
-//! handlers) through an unblock function.
+//! handlers) through an unblock function. Also the few direct calls into
+//! Ruby's C API that the hot paths make, each behind a safe wrapper.
 
-use magnus::Error;
-use std::ffi::c_void;
+use magnus::{block::Proc, rb_sys::AsRawValue, Error, RFile, Ruby, Value};
+use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 struct Call<'a, R> {
@@ -54,4 +55,55 @@ pub fn without_gvl<R>(
         rb_sys::Qnil as rb_sys::VALUE
     })?;
     Ok(call.result.and_then(Result::ok))
+}
+
+/// Calls `block` with `arg` (if any) and no block, as `Proc#call` does, but
+/// without looking `call` up as a method each time. A Ruby exception (or
+/// `throw`, `break`...) comes back as `Err`.
+pub fn call_proc(_ruby: &Ruby, block: Proc, arg: Option<Value>) -> Result<(), Error> {
+    let argv = [arg.map_or(rb_sys::Qnil as rb_sys::VALUE, |v| v.as_raw())];
+    let argc = c_int::from(arg.is_some());
+    let block = block.as_raw();
+    magnus::rb_sys::protect(|| {
+        // SAFETY: `_ruby` shows this is a Ruby thread holding the GVL; `block`
+        // is a live Proc (the caller holds it, and it stays on this stack for
+        // the conservative GC scan); `argv` outlives the call and its first
+        // `argc` entries are valid VALUEs; Qnil as the block argument means
+        // "no block"; `protect` catches every non-local exit.
+        unsafe {
+            rb_sys::rb_proc_call_with_block(
+                block,
+                argc,
+                argv.as_ptr(),
+                rb_sys::Qnil as rb_sys::VALUE,
+            )
+        }
+    })
+    .map(drop)
+}
+
+/// The fd of an IO, as `IO#fileno` returns it (raising `IOError` for a
+/// closed or uninitialized IO), without a method call.
+pub fn io_descriptor(_ruby: &Ruby, io: RFile) -> Result<c_int, Error> {
+    let io = io.as_raw();
+    let mut fd = -1;
+    magnus::rb_sys::protect(|| {
+        // SAFETY: `_ruby` shows this is a Ruby thread holding the GVL; `io` is a
+        // live T_FILE object (an `RFile`), which rb_io_descriptor accepts;
+        // `protect` catches the IOError it raises for a closed IO.
+        fd = unsafe { rb_sys::rb_io_descriptor(io) };
+        rb_sys::Qnil as rb_sys::VALUE
+    })?;
+    Ok(fd)
+}
+
+/// Starts loading the VM's struct behind `block` (a Proc's data lives apart
+/// from its object), as the timer phase does a few callbacks ahead.
+pub fn prefetch_proc_data(_ruby: &Ruby, block: Proc) {
+    // SAFETY: `_ruby` shows this is a Ruby thread holding the GVL, so no GC
+    // runs meanwhile; `block` is a live Proc, which Ruby implements as a typed
+    // T_DATA object, so reading its data pointer is what RTYPEDDATA_GET_DATA
+    // is for. The pointer is only handed to a prefetch hint, never read.
+    let data = unsafe { rb_sys::RTYPEDDATA_GET_DATA(block.as_raw()) };
+    crate::sys::prefetch(data.cast::<u8>());
 }

@@ -344,6 +344,82 @@ fn timer_again_and_cancel() {
 }
 
 #[test]
+fn due_timers_cancelled_or_moved_by_earlier_callbacks_do_not_fire() {
+    let lp: TestLoop = Loop::new(BackendKind::Poll).unwrap();
+    let log: Log = Default::default();
+    let keys: Rc<RefCell<Vec<Key>>> = Default::default();
+    // More than one batch of due timers; even ones below 300 cancel a timer
+    // 300 places later (often in a later batch), timer 10 moves timer 900
+    // away, timer
+    // 20 arms a zero-delay timer, which waits for the next iteration.
+    for i in 0..1000usize {
+        let (log, all) = (log.clone(), keys.clone());
+        let key = lp.add_timer(
+            Duration::ZERO,
+            None,
+            cb(move |lp, _| {
+                log.borrow_mut().push(i.to_string());
+                let keys = all.borrow();
+                if i % 2 == 0 && i < 300 {
+                    assert!(lp.cancel_timer(keys[i + 300]), "still active");
+                }
+                if i == 10 {
+                    assert!(lp.timer_again(keys[900], Duration::from_secs(60)));
+                }
+                if i == 20 {
+                    lp.add_timer(Duration::ZERO, None, logger(&log, "new"));
+                }
+            }),
+        );
+        keys.borrow_mut().push(key);
+    }
+    once(&lp);
+    let expected: Vec<String> = (0..1000)
+        .filter(|&i| !((300..600).contains(&i) && i % 2 == 0) && i != 900)
+        .map(|i| i.to_string())
+        .collect();
+    assert_eq!(*log.borrow(), expected);
+    assert!(lp.timer_active(keys.borrow()[900]));
+    assert_eq!(lp.stats().timers, 2);
+    once(&lp);
+    assert_eq!(log.borrow().last().map(String::as_str), Some("new"));
+}
+
+#[test]
+fn a_failing_timer_callback_leaves_the_rest_of_its_batch_due() {
+    let lp: Loop<u32> = Loop::new(BackendKind::Poll).unwrap();
+    struct FailOnce(Vec<u32>);
+    impl Driver<u32> for FailOnce {
+        type Error = u32;
+        fn invoke(&mut self, c: u32, _: Fire) -> Result<(), u32> {
+            self.0.push(c);
+            if c == 3 && self.0.len() == 4 {
+                return Err(c);
+            }
+            Ok(())
+        }
+    }
+    for i in 0..600 {
+        lp.add_timer(Duration::ZERO, None, i);
+    }
+    let mut driver = FailOnce(Vec::new());
+    assert!(matches!(
+        lp.run(RunMode::NoWait, &mut driver),
+        Err(RunError::Callback(3))
+    ));
+    assert_eq!(driver.0, [0, 1, 2, 3]);
+    assert_eq!(lp.stats().timers, 596, "the rest stays active");
+    assert!(lp.alive());
+    lp.run(RunMode::NoWait, &mut driver).unwrap();
+    assert_eq!(
+        driver.0,
+        (0..600).collect::<Vec<_>>(),
+        "in order, once each"
+    );
+    assert!(!lp.alive());
+}
+
+#[test]
 fn pinned_fds_are_trusted_only_for_their_owner() {
     each_backend(|kind| {
         let lp: TestLoop = Loop::new(kind).unwrap();

@@ -1,6 +1,8 @@
 //! Randomized operation sequences against the loop, checked against a
-//! simple model: phase order, FIFO queues, no callback after cancel/remove,
-//! one-shot watchers fire once, timers never early, and a readable pipe with
+//! simple model: phase order, FIFO queues, no callback after cancel/remove
+//! (also when a timer callback cancels a timer due in the same phase),
+//! one-shot watchers fire once, timers never early, a timer armed by a timer
+//! callback waits for the next iteration, and a readable pipe with
 //! an active watcher is always reported (the lazy kernel registrations must
 //! never lose interest). `EVIX_PROPTEST_CASES` sets the number of cases
 //! (CI: the default; `rake soak`: many more). The seed is fixed, so a
@@ -21,6 +23,12 @@ enum Op {
         repeat_ms: Option<u64>,
     },
     CancelTimer(usize),
+    /// A one-shot timer whose callback cancels another timer and arms a
+    /// zero-delay one.
+    AddMeddler {
+        delay_ms: u64,
+        victim: usize,
+    },
     Again {
         timer: usize,
         delay_ms: u64,
@@ -45,6 +53,8 @@ fn op() -> impl Strategy<Value = Op> {
             repeat_ms
         }),
         any::<usize>().prop_map(Op::CancelTimer),
+        (0..4u64, any::<usize>())
+            .prop_map(|(delay_ms, victim)| Op::AddMeddler { delay_ms, victim }),
         (any::<usize>(), 0..4u64).prop_map(|(timer, delay_ms)| Op::Again { timer, delay_ms }),
         (0..PIPES, any::<bool>()).prop_map(|(pipe, oneshot)| Op::AddWatcher { pipe, oneshot }),
         any::<usize>().prop_map(Op::CancelWatcher),
@@ -84,9 +94,15 @@ struct Seen {
     cancelled: HashSet<What>,
     deadlines: HashMap<usize, Instant>,
     oneshot_fired: HashSet<usize>,
+    /// Timers armed by timer callbacks: the iteration they were armed in.
+    armed_in: HashMap<usize, u64>,
+    /// Ids for timers armed by callbacks (apart from the ops' ids).
+    spawned: usize,
 }
 
 type Shared = Rc<RefCell<Seen>>;
+/// The active timers (id, key) the ops and the meddlers pick from.
+type TimerList = Rc<RefCell<Vec<(usize, Key)>>>;
 
 fn record(seen: &Shared, what: What, oneshot: bool) -> Cb {
     let seen = seen.clone();
@@ -96,11 +112,18 @@ fn record(seen: &Shared, what: What, oneshot: bool) -> Cb {
             !seen.cancelled.contains(&what),
             "{what:?} fired after cancel"
         );
+        let iteration = lp.stats().iterations;
         if let What::Timer(id) = what {
             assert!(
                 Instant::now() >= seen.deadlines[&id],
                 "timer {id} fired early"
             );
+            if let Some(&armed) = seen.armed_in.get(&id) {
+                assert!(
+                    iteration > armed,
+                    "timer {id} armed by a timer callback fired in the same iteration"
+                );
+            }
         }
         if oneshot {
             assert!(
@@ -111,8 +134,41 @@ fn record(seen: &Shared, what: What, oneshot: bool) -> Cb {
                 "one-shot {what:?} fired twice"
             );
         }
-        let iteration = lp.stats().iterations;
         seen.fired.push((iteration, what));
+    })
+}
+
+/// Timer `id`'s callback: records itself, cancels the `victim`th active
+/// timer, and arms a zero-delay timer.
+fn meddler(seen: &Shared, timers: &TimerList, id: usize, victim: usize) -> Cb {
+    let recorder = record(seen, What::Timer(id), false);
+    let (seen, timers) = (seen.clone(), timers.clone());
+    cb(move |lp, fire| {
+        (recorder.0)(lp, fire);
+        let target = {
+            let timers = timers.borrow();
+            (!timers.is_empty()).then(|| timers[victim % timers.len()])
+        };
+        if let Some((other, key)) = target.filter(|&(other, _)| other != id) {
+            lp.cancel_timer(key);
+            seen.borrow_mut().cancelled.insert(What::Timer(other));
+            timers.borrow_mut().retain(|&(t, _)| t != other);
+        }
+        let spawned = {
+            let mut seen = seen.borrow_mut();
+            seen.spawned += 1;
+            let spawned = seen.spawned;
+            let iteration = lp.stats().iterations;
+            seen.armed_in.insert(spawned, iteration);
+            seen.deadlines.insert(spawned, Instant::now());
+            spawned
+        };
+        let key = lp.add_timer(
+            Duration::ZERO,
+            None,
+            record(&seen, What::Timer(spawned), false),
+        );
+        timers.borrow_mut().push((spawned, key));
     })
 }
 
@@ -134,9 +190,12 @@ fn new_pipe() -> Pipe {
 
 fn run_case(kind: BackendKind, ops: &[Op]) {
     let lp: TestLoop = Loop::new(kind).unwrap();
-    let seen: Shared = Default::default();
+    let seen: Shared = Rc::new(RefCell::new(Seen {
+        spawned: 1_000_000,
+        ..Seen::default()
+    }));
     let mut pipes: Vec<Pipe> = (0..PIPES).map(|_| new_pipe()).collect();
-    let mut timers: Vec<(usize, Key)> = Vec::new();
+    let timers: TimerList = Default::default();
     // (id, key, pipe, oneshot), pruned to the active ones after each run
     let mut watchers: Vec<(usize, Key, usize, bool)> = Vec::new();
     let (mut ticks, mut defers, mut next_id) = (0, 0, 0);
@@ -156,15 +215,31 @@ fn run_case(kind: BackendKind, ops: &[Op]) {
                     repeat_ms.map(Duration::from_millis),
                     record(&seen, What::Timer(next_id), false),
                 );
-                timers.push((next_id, key));
+                timers.borrow_mut().push((next_id, key));
             }
-            Op::CancelTimer(i) if !timers.is_empty() => {
-                let (id, key) = timers.remove(i % timers.len());
+            Op::AddMeddler { delay_ms, victim } => {
+                next_id += 1;
+                let delay = Duration::from_millis(delay_ms);
+                seen.borrow_mut()
+                    .deadlines
+                    .insert(next_id, Instant::now() + delay);
+                let key = lp.add_timer(delay, None, meddler(&seen, &timers, next_id, victim));
+                timers.borrow_mut().push((next_id, key));
+            }
+            Op::CancelTimer(i) if !timers.borrow().is_empty() => {
+                let (id, key) = {
+                    let mut timers = timers.borrow_mut();
+                    let len = timers.len();
+                    timers.remove(i % len)
+                };
                 lp.cancel_timer(key);
                 seen.borrow_mut().cancelled.insert(What::Timer(id));
             }
-            Op::Again { timer, delay_ms } if !timers.is_empty() => {
-                let (id, key) = timers[timer % timers.len()];
+            Op::Again { timer, delay_ms } if !timers.borrow().is_empty() => {
+                let (id, key) = {
+                    let timers = timers.borrow();
+                    timers[timer % timers.len()]
+                };
                 let delay = Duration::from_millis(delay_ms);
                 // Read the clock before the loop does: the model's deadline
                 // must not be later than the loop's.
