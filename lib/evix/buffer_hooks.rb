@@ -3,28 +3,42 @@
 module Evix
   class Scheduler
     # The Fiber::Scheduler hooks that move bytes through an IO::Buffer. Each
-    # does its system call inside a blocking fiber, so Ruby does not route it
-    # back into the scheduler. (Leaving reads to Ruby would be cheaper on
-    # 3.1, but there IO#close from another fiber then raises "stream closed
-    # in another thread" in the closer instead of waking the reader.)
+    # does its system call so that Ruby does not route it back into the
+    # scheduler (inside a blocking fiber where that is needed). (Leaving
+    # reads to Ruby would be cheaper on 3.1, but there IO#close from another
+    # fiber then raises "stream closed in another thread" in the closer
+    # instead of waking the reader.)
     module BufferHooks
       # Fiber::Scheduler hook: reads at least +length+ bytes (0: whatever is
-      # available) into +buffer+ at +offset+.
+      # available) into +buffer+ at +offset+. After a short read from a
+      # socket the next call waits before it reads (the read would most
+      # likely fail with EAGAIN; the registration is level-triggered, so data
+      # already there ends the wait at once).
       # @return [Integer] bytes read, or -errno
       def io_read(io, buffer, length, offset = 0)
-        total = 0
-        while total.zero? || total < length
-          chunk = read_nonblock(io, buffer.size - offset)
-          return total if chunk.nil?
+        return read_other(io, buffer, length, offset) unless io.is_a?(BasicSocket)
 
-          if :wait_readable == chunk # rubocop:disable Style/YodaCondition -- no String#== call
-            return -Errno::ETIMEDOUT::Errno unless io_wait(io, ::IO::READABLE, io_timeout(io))
-          else
-            buffer.set_string(chunk, offset)
-            offset += chunk.bytesize
-            total += chunk.bytesize
+        wait = @drained[fd = io.fileno]
+        total = 0
+        while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
+          return -Errno::ETIMEDOUT::Errno if wait && !wait_for(io, READ)
+
+          size = [buffer.size - offset, SCRATCH_LIMIT].min
+          chunk = DIRECT_NONBLOCK ? io.read_nonblock(size, @scratch, exception: false) : read_nonblock(io, size)
+          if :wait_readable == chunk # rubocop:disable Style/YodaCondition -- no method call
+            wait = true
+            next
           end
+          break unless chunk # end of file
+
+          buffer.set_string(chunk, offset)
+          total += (read = chunk.bytesize)
+          wait = read < size
+          break if total >= length
+
+          offset += read
         end
+        @drained[fd] = wait
         total
       rescue SystemCallError => e
         -e.errno
@@ -35,14 +49,18 @@ module Evix
       # @return [Integer] bytes written, or -errno
       def io_write(io, buffer, length, offset = 0)
         total = 0
-        while (total.zero? || total < length) && offset < buffer.size
-          written = write_nonblock(io, buffer.get_string(offset))
-          if written == :wait_writable
-            return -Errno::ETIMEDOUT::Errno unless io_wait(io, ::IO::WRITABLE, io_timeout(io))
-          else
-            offset += written
-            total += written
+        while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
+          data = buffer.get_string(offset)
+          written = DIRECT_NONBLOCK ? io.write_nonblock(data, exception: false) : write_nonblock(io, data)
+          if :wait_writable == written # rubocop:disable Style/YodaCondition -- no method call
+            return -Errno::ETIMEDOUT::Errno unless wait_for(io, WRITE)
+
+            next
           end
+          total += written
+          break if total >= length || written == 0 # rubocop:disable Style/NumericPredicate -- no method call
+
+          offset += written
         end
         total
       rescue SystemCallError => e
@@ -91,15 +109,51 @@ module Evix
         end
       end
 
-      private
-
       # Ruby 3.1's BasicSocket#read_nonblock and IO#write_nonblock call the
       # kernel directly; only IO#read_nonblock on other IOs would come back
       # into io_read, so only that needs the blocking fiber there. (Later
       # Rubies have a cheap Fiber.blocking, used for every call.)
+      DIRECT_NONBLOCK = !Fiber.respond_to?(:blocking)
+      # Whether IOs have their own timeout for reads and writes (IO#timeout, Ruby >= 3.2).
+      IO_TIMEOUT = ::IO.method_defined?(:timeout)
+      # Reads go through one String per scheduler (then copied into the
+      # buffer) instead of a new String each, at most this many bytes at once.
+      SCRATCH_LIMIT = 64 * 1024
+      private_constant :DIRECT_NONBLOCK, :IO_TIMEOUT, :SCRATCH_LIMIT
+
+      private
+
+      def setup_buffer_hooks
+        @drained = [] # by fd number: the last read from that socket was short
+        @scratch = ::String.new(capacity: 16 * 1024, encoding: Encoding::BINARY)
+      end
+
+      # io_read on an IO other than a socket (a pipe, a terminal, a file).
+      def read_other(io, buffer, length, offset)
+        total = 0
+        while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
+          chunk = read_nonblock(io, [buffer.size - offset, SCRATCH_LIMIT].min)
+          if :wait_readable == chunk # rubocop:disable Style/YodaCondition -- no method call
+            return -Errno::ETIMEDOUT::Errno unless wait_for(io, READ)
+
+            next
+          end
+          break unless chunk # end of file
+
+          buffer.set_string(chunk, offset)
+          total += (read = chunk.bytesize)
+          break if total >= length
+
+          offset += read
+        end
+        total
+      rescue SystemCallError => e
+        -e.errno
+      end
+
       if Fiber.respond_to?(:blocking)
         def read_nonblock(io, size)
-          Fiber.blocking { io.read_nonblock(size, exception: false) }
+          Fiber.blocking { io.read_nonblock(size, @scratch, exception: false) }
         end
 
         def write_nonblock(io, data)
@@ -107,13 +161,7 @@ module Evix
         end
       else
         def read_nonblock(io, size)
-          return io.read_nonblock(size, exception: false) if io.is_a?(BasicSocket)
-
-          blocking { io.read_nonblock(size, exception: false) }
-        end
-
-        def write_nonblock(io, data)
-          io.write_nonblock(data, exception: false)
+          blocking { io.read_nonblock(size, @scratch, exception: false) }
         end
       end
 

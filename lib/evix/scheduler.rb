@@ -14,6 +14,35 @@ module Evix
     # How long #run blocks while every fiber waits on another thread.
     IDLE_POLL = 1.0
 
+    # Guards the list of open schedulers (see Scheduler.io_closed).
+    OPEN_LOCK = Thread::Mutex.new
+    private_constant :OPEN_LOCK
+    @open = [].freeze
+
+    class << self
+      # Tells every open Scheduler, in any thread, that +io+ is being closed
+      # (ClosingIO calls this from IO#close), so that the fibers waiting on it
+      # wake with IOError. A list written once per scheduler, never per wait.
+      # (Not an ObjectSpace::WeakMap: Ruby 3.1's WeakMap#keys can return a
+      # scheduler the GC has already freed.)
+      # @api private
+      # @return [nil]
+      def io_closed(io)
+        @open.each { |scheduler| scheduler.io_closed(io) }
+        nil
+      end
+
+      # Adds +scheduler+ to the open schedulers (Scheduler#initialize), or
+      # removes it (Scheduler#close). The list is replaced, never changed in
+      # place, so io_closed, in any thread, iterates it without the lock.
+      # @api private
+      # @return [nil]
+      def track(scheduler, open)
+        OPEN_LOCK.synchronize { @open = (open ? [*@open, scheduler] : @open.reject { |s| s.equal?(scheduler) }).freeze }
+        nil
+      end
+    end
+
     include BufferHooks
 
     # @return [Evix::Loop] the loop the scheduler runs on
@@ -26,8 +55,11 @@ module Evix
       @owns_loop = loop.nil?
       @fibers = 0
       @blocked = {}
-      @io_waiters = {}
+      # IO => the Fiber waiting on it, or an Array of them when several do.
+      @io_waiters = {}.compare_by_identity
       @pid = Process.pid
+      setup_buffer_hooks
+      Scheduler.track(self, true)
     end
 
     # @return [Integer] scheduled fibers that have not finished
@@ -49,7 +81,7 @@ module Evix
     # Runs the loop until every scheduled fiber has finished.
     # @return [nil]
     def run
-      @loop.run_once(@loop.alive? ? nil : IDLE_POLL) while @fibers.positive?
+      @loop.run_once(@loop.alive? ? nil : IDLE_POLL) while @fibers > 0 # rubocop:disable Style/NumericPredicate -- no method call
       nil
     end
 
@@ -64,6 +96,7 @@ module Evix
       begin
         run unless @abandoned
       ensure
+        Scheduler.track(self, false)
         @loop.close if @owns_loop && !@loop.closed?
       end
     end
@@ -79,11 +112,17 @@ module Evix
       @abandoned = true
     end
 
-    # Fiber::Scheduler hook. @return [Integer, false] ready events, false on timeout
+    # Fiber::Scheduler hook. A descriptor epoll cannot watch (a regular
+    # file, also behind a plain IO such as a redirected $stderr) is ready at
+    # once, as Ruby reports it without a scheduler.
+    # @return [Integer, false] ready events, false on timeout
     def io_wait(io, events, timeout = nil)
       return events & (::IO::READABLE | ::IO::WRITABLE) if io.is_a?(::File) && io.stat.file?
 
-      waiting(io, Fiber.current) { finish_io_wait(@loop.wait_io(io, interest_for(events), timeout), events) }
+      ready = wait_for(io, interest_for(events), timeout)
+      ready ? ready_events(ready, events) : false
+    rescue Errno::EPERM # epoll_ctl refused the descriptor: nothing registered
+      events & (::IO::READABLE | ::IO::WRITABLE)
     end
 
     # Forgets +io+'s registration before it is closed (see ClosingIO).
@@ -100,10 +139,11 @@ module Evix
     # from any thread, before the descriptor goes away.
     # @api private
     def io_closed(io)
-      fibers = @io_waiters[io]
-      return unless fibers
+      waiting = @io_waiters[io]
+      return unless waiting
 
-      @loop.post { fibers.each { |fiber| fiber.resume(:closed) if fiber.alive? && @io_waiters[io]&.include?(fiber) } }
+      fibers = waiting.is_a?(Array) ? waiting.dup : [waiting]
+      @loop.post { fibers.each { |fiber| fiber.resume(:closed) if fiber.alive? && waits_on?(io, fiber) } }
     rescue Error # closed, or inherited across fork: nobody here waits
       nil
     end
@@ -180,9 +220,6 @@ module Evix
       end
     end
 
-    # Fibers waiting on IOs, by IO, so IO#close can find their scheduler.
-    WAITING = ObjectSpace::WeakMap.new
-
     # Prepended to ::IO: closing an IO wakes the fibers waiting on it, and
     # the closing thread's scheduler drops the fd's kernel registration while
     # the fd is still open (after the close, a file kept open elsewhere, by a
@@ -191,7 +228,7 @@ module Evix
     module ClosingIO
       # @return [nil]
       def close
-        Scheduler::WAITING[self]&.io_closed(self)
+        Scheduler.io_closed(self)
         scheduler = Fiber.scheduler
         scheduler.release(self) if scheduler.is_a?(Scheduler) && !closed? && autoclose?
         super
@@ -201,23 +238,37 @@ module Evix
 
     private
 
-    def waiting(io, fiber)
-      (@io_waiters[io] ||= []) << fiber
-      WAITING[io] = self
-      yield
-    ensure
-      fibers = @io_waiters[io]
-      fibers&.delete(fiber)
-      if fibers&.empty?
-        @io_waiters.delete(io)
-        WAITING.delete(io) if WAITING.respond_to?(:delete)
+    # Suspends the calling fiber until +io+ is ready for +interest+ (READ
+    # and WRITE bits), at most +timeout+ seconds (by default the IO's own
+    # timeout, where IOs have one), noted in @io_waiters meanwhile so that
+    # IO#close can wake it. @return [Integer, nil] the ready bits, nil on timeout
+    def wait_for(io, interest, timeout = (io.timeout if IO_TIMEOUT))
+      fiber = Fiber.current
+      waiters = @io_waiters
+      # One Hash lookup when no other fiber waits on the IO (nearly always).
+      # (Fiber#== is BasicObject#==, which the VM compares without a call.)
+      shared = waiters[io] ||= fiber
+      waiters[io] = [*shared, fiber] unless fiber == shared
+      begin
+        ready = @loop.wait_io(io, interest, timeout)
+      ensure
+        left = waiters.delete(io)
+        forget_waiter(io, fiber, left) unless fiber == left
       end
+      raise IOError, "stream closed in another fiber or thread" if :closed == ready # rubocop:disable Style/YodaCondition -- no method call
+
+      ready
     end
 
-    def finish_io_wait(ready, events)
-      raise IOError, "stream closed in another fiber or thread" if ready == :closed
+    # Puts back the other fibers waiting on +io+ (+left+: what @io_waiters held).
+    def forget_waiter(io, fiber, left)
+      rest = Array(left).reject { |other| other.equal?(fiber) }
+      @io_waiters[io] = rest.size == 1 ? rest.first : rest unless rest.empty?
+    end
 
-      ready ? ready_events(ready, events) : false
+    def waits_on?(io, fiber)
+      waiting = @io_waiters[io]
+      fiber.equal?(waiting) || (waiting.is_a?(Array) && waiting.any? { |other| other.equal?(fiber) })
     end
 
     def interest_for(events)
@@ -236,10 +287,6 @@ module Evix
 
     def wake(fiber, value)
       fiber.resume(value) if @blocked.key?(fiber)
-    end
-
-    def io_timeout(io)
-      io.respond_to?(:timeout) ? io.timeout : nil
     end
   end
 end

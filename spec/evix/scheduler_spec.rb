@@ -649,6 +649,63 @@ RSpec.describe Evix::Scheduler do
       end
       expect(result).to eq("still fine\n")
     end
+    it "wakes every fiber waiting on the IO, a reader and a writer alike" do
+      a, = socket_pair
+      woken = []
+      Evix.run do
+        # Timeout: a fiber the close leaves waiting fails the example instead of hanging it.
+        Fiber.schedule do
+          Timeout.timeout(2) { a.read(1) }
+        rescue IOError, Timeout::Error => e
+          woken << [:reader, e.class]
+        end
+        Fiber.schedule do
+          Timeout.timeout(2) { a.write("x" * 65_536) while true } # rubocop:disable Style/InfiniteLoop -- fills the buffer
+        rescue IOError, Timeout::Error => e
+          woken << [:writer, e.class]
+        end
+        sleep 0.05
+        a.close
+      end
+      expect(woken).to contain_exactly([:reader, IOError], [:writer, IOError])
+    end
+
+    it "still wakes a fiber whose fellow waiter on the same IO went on before the close" do
+      r, w = pipe
+      got = []
+      woken = []
+      Evix.run do
+        2.times do |i|
+          Fiber.schedule do
+            got << r.read(1)
+          rescue IOError
+            woken << i
+          end
+        end
+        sleep 0.02
+        w.write("a") # wakes both; one reads it, the other waits again
+        sleep 0.02
+        r.close
+      end
+      expect(got).to eq(["a"])
+      expect(woken.size).to eq(1)
+    end
+
+    it "wakes a fiber of another thread's scheduler when a fiber of this one closes the IO" do
+      r, = pipe
+      error = nil
+      reader = helper_thread do
+        Evix.run do
+          r.read(1)
+        rescue IOError => e
+          error = e
+        end
+      end
+      sleep 0.05
+      Evix.run { r.close }
+      expect(reader.join(2)).to be(reader)
+      expect(error).to be_a(IOError)
+    end
   end
 
   describe "hooks called directly" do
@@ -668,6 +725,32 @@ RSpec.describe Evix::Scheduler do
         end
         expect(result).to eq([file, IO::READABLE])
       end
+    end
+
+    it "io_wait reports a plain IO on a regular file (a redirected $stderr, say) ready at once; writes to it work" do
+      Tempfile.create("evix") do |file|
+        io = IO.for_fd(file.fileno, autoclose: false) # an IO, not a File
+        io.sync = true
+        result = Evix.run do
+          io.puts "one"
+          io.write "two\n"
+          Fiber.scheduler.io_wait(io, IO::READABLE | IO::WRITABLE, 1)
+        end
+        expect(result).to eq(IO::READABLE | IO::WRITABLE)
+        expect(File.read(file.path)).to eq("one\ntwo\n")
+      end
+    end
+
+    it "io_wait allocates no Ruby object per wait" do
+      _, w = pipe
+      per_wait = Evix.run do
+        scheduler = Fiber.scheduler
+        scheduler.io_wait(w, IO::WRITABLE, nil)
+        before = GC.stat(:total_allocated_objects)
+        1000.times { scheduler.io_wait(w, IO::WRITABLE, nil) }
+        (GC.stat(:total_allocated_objects) - before) / 1000.0
+      end
+      expect(per_wait).to be < 0.5
     end
 
     it "io_wait returns the ready events when the IO becomes ready" do
@@ -869,6 +952,55 @@ RSpec.describe Evix::Scheduler do
       expect(result).to eq("ping")
       expect(scheduler.calls[:io_read]).to be >= 1
       expect(scheduler.calls[:io_write]).to be >= 1
+    end
+
+    it "after a short read from a socket wait before reading again, instead of a read that fails with EAGAIN" do
+      a, b = socket_pair
+      reads = Hash.new(0)
+      counting = Module.new do
+        define_method(:read_nonblock) do |*args, **options|
+          super(*args, **options).tap { |chunk| reads[chunk == :wait_readable ? :eagain : :data] += 1 }
+        end
+      end
+      a.singleton_class.prepend(counting)
+      replies = Evix.run do
+        Fiber.schedule { 20.times { b.write(b.readpartial(64)) } }
+        Array.new(20) do |i|
+          a.write("m#{i}")
+          a.readpartial(64)
+        end
+      end
+      expect(replies).to eq(Array.new(20) { |i| "m#{i}" })
+      expect(reads[:data]).to eq(20)
+      expect(reads[:eagain]).to be <= 1 # the first read, before any was short
+    end
+
+    it "read at once what arrived on a socket between a short read and the next" do
+      a, b = socket_pair
+      result = Evix.run do
+        b.write("first")
+        first = a.readpartial(64)
+        b.write("second")
+        second = nil
+        took = elapsed { second = a.readpartial(64) }
+        [first, second, took]
+      end
+      expect(result[0, 2]).to eq(%w[first second])
+      expect(result[2]).to be < 0.5
+    end
+
+    it "fill a read of a given length across several short reads from a socket" do
+      a, b = socket_pair
+      result = Evix.run do
+        Fiber.schedule do
+          %w[ab cd ef].each do |part|
+            sleep 0.01
+            b.write(part)
+          end
+        end
+        a.read(6)
+      end
+      expect(result).to eq("abcdef")
     end
 
     it "return a short read at end of file" do
