@@ -147,24 +147,6 @@ RSpec.describe Evix::TCPClient do
     expect { task.wait }.to raise_error(Evix::CancelledError)
   end
 
-  it "connects to ::1 over IPv6" do
-    begin
-      listener = Socket.new(:INET6, :STREAM)
-      track_io(listener)
-      listener.bind(Addrinfo.tcp("::1", 0))
-      listener.listen(4)
-    rescue SystemCallError => e
-      skip "::1 cannot be bound here (#{e.class})"
-    end
-    echo_one_line(listener)
-    line = in_task do
-      client = described_class.connect(ev, "::1", listener.local_address.ip_port, timeout: 2)
-      client.write("six\n")
-      client.gets
-    end
-    expect(line).to eq("six\n")
-  end
-
   it "raises Evix::Error outside a task" do
     expect { described_class.connect(ev, "127.0.0.1", closed_port) }.to raise_error(Evix::Error, /task/)
   end

@@ -235,21 +235,6 @@ RSpec.describe Evix::TCPServer do
     end
   end
 
-  it "serves IPv6 on ::1" do
-    begin
-      probe = Socket.new(:INET6, :STREAM)
-      probe.bind(Addrinfo.tcp("::1", 0))
-    rescue SystemCallError => e
-      skip "::1 cannot be bound here (#{e.class})"
-    ensure
-      probe&.close
-    end
-    server = echo_server("::1")
-    expect(server.local_address.ipv6?).to be(true)
-    client = plain_client(server.port, "::1")
-    expect(round_trip(client, "over ipv6\n")).to eq("over ipv6\n")
-  end
-
   describe "#close" do
     it "stops accepting while open connections go on, and is idempotent" do
       server = echo_server
