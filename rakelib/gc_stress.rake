@@ -9,8 +9,8 @@ require "rbconfig"
 #   EVIX_GC_STRESS=minor (or 1; the default here): a minor GC at every
 #     allocation. Old objects are then re-marked only through write barriers,
 #     so a store into a wb_protected loop without a barrier, or a missing
-#     mark, frees a live block at once. About 5 minutes on a 2-core VM
-#     (606 examples).
+#     mark, frees a live block at once. About 8 minutes on a 2-core VM
+#     (629 examples).
 #   EVIX_GC_STRESS=full: a full GC at every allocation; about 100 times slower,
 #     so only for the small set EVIX_GC_STRESS_FILES names.
 #
