@@ -151,18 +151,13 @@ module Evix
         -e.errno
       end
 
-      if Fiber.respond_to?(:blocking)
-        def read_nonblock(io, size)
-          Fiber.blocking { io.read_nonblock(size, @scratch, exception: false) }
-        end
+      def read_nonblock(io, size)
+        blocking { io.read_nonblock(size, @scratch, exception: false) }
+      end
 
-        def write_nonblock(io, data)
-          Fiber.blocking { io.write_nonblock(data, exception: false) }
-        end
-      else
-        def read_nonblock(io, size)
-          blocking { io.read_nonblock(size, @scratch, exception: false) }
-        end
+      # Only where DIRECT_NONBLOCK is false (io_write calls the IO itself there).
+      def write_nonblock(io, data)
+        blocking { io.write_nonblock(data, exception: false) }
       end
 
       # Runs the block in a blocking fiber. Ruby 3.1 has no Fiber.blocking:
