@@ -196,10 +196,26 @@ module Evix
     # already there wakes the wait at once). After FAIR_READS reads without a
     # wait it waits too, so a peer that never stops sending cannot keep the
     # loop to itself.
+    #
+    # The hot path of every server: the lone reader's wait is written out
+    # here instead of calling #wait, two method calls fewer per round trip
+    # (PROFILE.md).
+    # rubocop:disable Metrics
     def read_chunk(maxlen, timeout)
       until @eof
         if @drained || @streak >= FAIR_READS
-          wait(READ, timeout)
+          fiber = Fiber.current
+          if fiber == @task_fiber && !@reader
+            begin
+              @reader = fiber
+              outcome = @loop.wait_io(@io, READ, timeout)
+            ensure
+              @reader = nil
+            end
+            finish_wait(outcome, timeout) unless outcome.is_a?(Integer)
+          else
+            wait(READ, timeout)
+          end
           @drained = false
           @streak = 0
           next # close_read may have come while waiting
@@ -225,6 +241,7 @@ module Evix
 
       raise
     end
+    # rubocop:enable Metrics
 
     # The first +length+ bytes of the buffer; the whole buffer is handed over
     # as is (no copy, and no capacity left behind on an idle connection).
