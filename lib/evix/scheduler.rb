@@ -54,7 +54,7 @@ module Evix
       @loop = loop || Loop.new
       @owns_loop = loop.nil?
       @fibers = 0
-      @blocked = {}
+      @blocked = {}.compare_by_identity
       # IO => the Fiber waiting on it, or an Array of them when several do.
       @io_waiters = {}.compare_by_identity
       @pid = Process.pid
@@ -148,21 +148,11 @@ module Evix
       nil
     end
 
-    # Fiber::Scheduler hook (Kernel#sleep). @return [nil]
-    def kernel_sleep(duration = nil)
-      block(:sleep, duration)
-      nil
-    end
-
-    # Fiber::Scheduler hook (Mutex, Queue, ConditionVariable, Thread#join…).
-    # @return [Boolean] false if the timeout passed first
-    def block(_blocker, timeout = nil)
-      fiber = Fiber.current
-      @blocked[fiber] = true
-      @loop.suspend(timeout) ? true : false
-    ensure
-      @blocked.delete(fiber)
-    end
+    # The Fiber::Scheduler hooks #kernel_sleep(duration = nil) and
+    # #block(blocker, timeout = nil) are C methods, in
+    # ext/evix/src/ruby/scheduler.rs: a hook written in Ruby would leave a VM
+    # re-entry on the machine stack of every fiber parked in it. Both note
+    # the fiber in @blocked while it waits, for #unblock.
 
     # Fiber::Scheduler hook; may be called from any thread.
     # @return [nil]

@@ -219,7 +219,7 @@ impl RbLoop {
     /// Suspends the calling fiber until something resumes it, or until
     /// `timeout` seconds passed (then it returns nil); returns what it was
     /// resumed with. One timer and no Ruby object per call.
-    fn suspend(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Value, Error> {
+    pub(super) fn suspend(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Value, Error> {
         let core = rb_self.usable(ruby)?;
         args::arity(ruby, args, 0, 1)?;
         let timeout = args::optional_seconds(ruby, args::optional(args, 0), "timeout")?;

@@ -5,6 +5,7 @@ mod callback;
 mod errors;
 mod event_loop;
 mod nogvl;
+mod scheduler;
 mod timer;
 mod watcher;
 
@@ -20,6 +21,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     event_loop::init(ruby, evix)?;
     timer::init(ruby, evix)?;
     watcher::init(ruby, evix)?;
+    scheduler::init(ruby, evix)?;
     Ok(())
 }
 
