@@ -36,7 +36,10 @@ module Evix
       @loop = loop
       @io = io.to_io
       @timeout = timeout
-      @scratch = loop.read_buffer
+      # Sockets are read and written by recv/send in the extension
+      # (read_socket, write_socket); other IOs by Ruby's *_nonblock methods.
+      @socket = @io.is_a?(::BasicSocket)
+      @scratch = loop.read_buffer unless @socket
       @buffer = String.new(encoding: Encoding::BINARY)
       # The fiber waiting to read, the usual lone waiter; writers and any
       # further readers go in @waiters (fiber => events).
@@ -55,9 +58,7 @@ module Evix
       raise ClosedError, "IO is closed" if @io.closed?
       return take(maxlen) unless @buffer.empty?
 
-      # Nothing buffered: hand out a copy of the chunk, sized to it.
-      chunk = read_chunk(maxlen, timeout)
-      chunk && (EMPTY + chunk)
+      read_chunk(maxlen, timeout)
     end
 
     # Reads exactly +length+ bytes; nil at end of file before the first byte,
@@ -111,7 +112,7 @@ module Evix
       data = data.to_s
       total = left = data.bytesize
       until data.empty?
-        written = @io.write_nonblock(data, exception: false)
+        written = @socket ? write_socket(@io, data) : @io.write_nonblock(data, exception: false)
         break if written == left # the usual case: the kernel took it all
 
         # Go on with the rest as a copy-on-write slice of our own: the caller
@@ -185,12 +186,12 @@ module Evix
     # Reads more into the buffer; false at end of file.
     def fill(timeout)
       chunk = read_chunk(CHUNK, timeout) or return false
-      @buffer << chunk
+      # The chunk is ours: an empty buffer becomes it, no copy.
+      @buffer.empty? ? @buffer = chunk : @buffer << chunk
       true
     end
 
-    # The next chunk of input, in the loop's scratch buffer (good until the
-    # next read), or nil at end of file. After a short read the kernel buffer
+    # The next chunk of input, a String of its own, or nil at end of file. After a short read the kernel buffer
     # is most likely empty: wait first instead of paying a read that fails
     # with EAGAIN (the registration is level-triggered, so data that is
     # already there wakes the wait at once). After FAIR_READS reads without a
@@ -220,7 +221,7 @@ module Evix
           @streak = 0
           next # close_read may have come while waiting
         end
-        chunk = @io.read_nonblock(maxlen, @scratch, exception: false)
+        chunk = @socket ? read_socket(@io, maxlen) : read_other(maxlen)
         # This way round it is a pointer comparison; `chunk == :wait_readable`
         # would call String#==, which asks the Symbol for #to_str.
         if :wait_readable == chunk # rubocop:disable Style/YodaCondition
@@ -242,6 +243,13 @@ module Evix
       raise
     end
     # rubocop:enable Metrics
+
+    # A read from an IO that is not a socket (a pipe, a tty, a file): into the
+    # loop's scratch buffer, then a copy the size of what came.
+    def read_other(maxlen)
+      chunk = @io.read_nonblock(maxlen, @scratch, exception: false)
+      chunk.is_a?(String) ? EMPTY + chunk : chunk
+    end
 
     # The first +length+ bytes of the buffer; the whole buffer is handed over
     # as is (no copy, and no capacity left behind on an idle connection).

@@ -278,6 +278,62 @@ RSpec.describe Evix::IO do
     end
   end
 
+  # Sockets go through recv/send in the extension, everything else through
+  # Ruby's read_nonblock/write_nonblock; either way the bytes are the same.
+  describe "sockets and other IOs" do
+    it "reads and writes a pipe (not a socket) the same way" do
+      r, w = pipe
+      reader = ev.wrap(r)
+      writer = ev.wrap(w)
+      lines = in_task do
+        writer.write("one\ntwo\n")
+        writer.write(:three)
+        writer.close
+        [reader.gets, reader.read(2), reader.read, reader.read]
+      end
+      expect(lines).to eq(["one\n", "tw", "o\nthree", nil])
+    end
+
+    it "first serves bytes that Ruby's own buffer of the socket already holds" do
+      peer.write("head\ntail")
+      # IO#gets reads what is there into the IO's buffer and leaves "tail" in it.
+      expect(pair[0].gets).to eq("head\n")
+      expect(in_task { io.read }).to eq("tail")
+      peer.write("more")
+      expect(in_task { io.read }).to eq("more")
+    end
+
+    it "reads more than 64 KiB at once when asked to, every byte in order" do
+      data = Random.new(7).bytes(300_000)
+      writer = ev.spawn { ev.wrap(peer).write(data) }
+      chunks = in_task do
+        got = []
+        got << io.read(200_000) while got.sum(&:bytesize) < data.bytesize
+        got
+      end
+      writer.wait
+      expect(chunks.join).to eq(data)
+      expect(chunks.map(&:bytesize).max).to be <= 200_000
+    end
+
+    it "raises Errno::EPIPE, not SIGPIPE, even where SIGPIPE is not ignored" do
+      peer.close
+      child = fork do
+        trap("PIPE", "SYSTEM_DEFAULT")
+        outcome = begin
+          in_task { io.write("x" * 100_000) }
+          :written
+        rescue Errno::EPIPE
+          :epipe
+        end
+        exit!(outcome == :epipe ? 0 : 1)
+      end
+      _, status = Process.wait2(child)
+      expect(status.signaled?).to be(false), "killed by signal #{status.termsig}"
+      expect(status.exitstatus).to eq(0)
+    end
+  end
+
   describe "a reader fiber and a writer fiber on the same socket" do
     it "both make progress while both are suspended" do
       big = Random.new(1).bytes(4 * 1024 * 1024)

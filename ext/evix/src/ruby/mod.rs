@@ -6,6 +6,7 @@ mod errors;
 mod event_loop;
 mod nogvl;
 mod scheduler;
+mod stream;
 mod timer;
 mod watcher;
 
@@ -22,6 +23,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     timer::init(ruby, evix)?;
     watcher::init(ruby, evix)?;
     scheduler::init(ruby, evix)?;
+    stream::init(ruby, evix)?;
     Ok(())
 }
 

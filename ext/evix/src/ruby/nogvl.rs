@@ -3,7 +3,7 @@
 //! handlers) through an unblock function. Also the few direct calls into
 //! Ruby's C API that the hot paths make, each behind a safe wrapper.
 
-use magnus::{block::Proc, rb_sys::AsRawValue, Error, RFile, Ruby, Value};
+use magnus::{block::Proc, rb_sys::AsRawValue, Error, RFile, RString, Ruby, Value};
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -106,4 +106,53 @@ pub fn prefetch_proc_data(_ruby: &Ruby, block: Proc) {
     // is for. The pointer is only handed to a prefetch hint, never read.
     let data = unsafe { rb_sys::RTYPEDDATA_GET_DATA(block.as_raw()) };
     crate::sys::prefetch(data.cast::<u8>());
+}
+
+/// What a direct read or write may do with an IO (see `ruby/stream.rs`).
+pub enum Direct {
+    /// Go ahead on this fd: open for the direction, nothing in Ruby's buffers.
+    Fd(c_int),
+    /// Closed (or never opened): `IOError`, as Ruby's own methods raise.
+    Closed,
+    /// Leave it to Ruby's own method: the IO has buffered bytes (an
+    /// `ungetc`, a `gets` on the raw IO, an unflushed write) or is not
+    /// open for the direction.
+    Ruby,
+}
+
+/// Looks at `io`'s `rb_io_t`: its fd, whether it is open for writing
+/// (`write`) or reading, and whether Ruby's read (or write) buffer holds
+/// bytes that a direct syscall would skip over.
+pub fn direct(_ruby: &Ruby, io: RFile, write: bool) -> Direct {
+    // SAFETY: `_ruby` shows this is a Ruby thread holding the GVL, so nothing
+    // changes the IO meanwhile; `io` is a live T_FILE object, whose `fptr` is
+    // either null (not initialized, or closed and finalized) or points to its
+    // rb_io_t, a struct of Ruby's public C API (ruby/io.h, 3.1 and 3.3 alike).
+    let fptr = unsafe { (*(io.as_raw() as *const rb_sys::RFile)).fptr };
+    if fptr.is_null() {
+        return Direct::Closed;
+    }
+    // SAFETY: non-null, so it points to the IO's live rb_io_t (see above).
+    let fptr = unsafe { &*fptr };
+    let (mode, buffered) = if write {
+        (rb_sys::FMODE_WRITABLE, fptr.wbuf.len)
+    } else {
+        (rb_sys::FMODE_READABLE, fptr.rbuf.len)
+    };
+    if fptr.fd < 0 {
+        Direct::Closed
+    } else if fptr.mode & mode as c_int == 0 || buffered != 0 {
+        Direct::Ruby
+    } else {
+        Direct::Fd(fptr.fd)
+    }
+}
+
+/// Runs `f` on the bytes of `string`. `f` must not call into Ruby: the
+/// slice is only valid while nothing can change, move or free the string.
+pub fn with_bytes<R>(_ruby: &Ruby, string: RString, f: impl FnOnce(&[u8]) -> R) -> R {
+    // SAFETY: `_ruby` shows this thread holds the GVL; `string` sits on this
+    // stack (the conservative GC scan pins it), and `f` runs no Ruby code, so
+    // no GC, compaction or mutation can happen while the slice lives.
+    f(unsafe { string.as_slice() })
 }

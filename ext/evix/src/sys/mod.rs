@@ -34,6 +34,7 @@ pub mod fork;
 ))]
 mod kqueue;
 mod poll;
+pub mod stream;
 #[cfg(test)]
 pub mod testing;
 mod waker;

@@ -1,0 +1,90 @@
+//! Non-blocking reads and writes on a connected socket, whatever the fd's
+//! own O_NONBLOCK flag says.
+
+use std::io;
+use std::os::unix::io::RawFd;
+
+// A peer that went away must give EPIPE, not kill the process with SIGPIPE
+// (Ruby ignores SIGPIPE, but a host application embedding Ruby may not).
+#[cfg(not(any(target_os = "macos", target_os = "ios")))]
+const NO_SIGPIPE: libc::c_int = libc::MSG_NOSIGNAL;
+#[cfg(any(target_os = "macos", target_os = "ios"))]
+const NO_SIGPIPE: libc::c_int = 0;
+
+/// `recv(2)` without blocking: the bytes read (0 at end of stream), or the
+/// OS error (`WouldBlock` when nothing is there). Retries on EINTR.
+pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is a valid, writable region of `buf.len()` bytes for
+        // the whole call; recv writes at most that many.
+        let res = syscall!(recv(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT
+        ));
+        match res {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other.map(|n| n as usize),
+        }
+    }
+}
+
+/// `send(2)` without blocking and without SIGPIPE: the bytes the kernel
+/// took, or the OS error (`WouldBlock` when its buffer is full). Retries on
+/// EINTR.
+pub fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is a valid, readable region of `buf.len()` bytes for
+        // the whole call; send only reads it.
+        let res = syscall!(send(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | NO_SIGPIPE
+        ));
+        match res {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other.map(|n| n as usize),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::io::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn reads_what_was_sent_and_would_block_when_empty() {
+        let (a, b) = UnixStream::pair().unwrap();
+        assert_eq!(send(a.as_raw_fd(), b"hello").unwrap(), 5);
+        let mut buf = [0u8; 16];
+        assert_eq!(recv(b.as_raw_fd(), &mut buf).unwrap(), 5);
+        assert_eq!(&buf[..5], b"hello");
+        // b is a blocking socket: only MSG_DONTWAIT keeps this from hanging.
+        let err = recv(b.as_raw_fd(), &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn end_of_stream_reads_zero_and_a_gone_peer_gives_epipe() {
+        let (a, b) = UnixStream::pair().unwrap();
+        drop(a);
+        let mut buf = [0u8; 4];
+        assert_eq!(recv(b.as_raw_fd(), &mut buf).unwrap(), 0);
+        let err = send(b.as_raw_fd(), b"x").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EPIPE));
+    }
+
+    #[test]
+    fn not_a_socket_is_an_error() {
+        let (r, w) = crate::sys::testing::pipe();
+        let mut buf = [0u8; 4];
+        let err = recv(r, &mut buf).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTSOCK));
+        crate::sys::testing::close(r);
+        crate::sys::testing::close(w);
+    }
+}
