@@ -7,9 +7,10 @@ require "rbconfig"
 # turns EVIX_GC_STRESS into an around hook).
 #
 #   EVIX_GC_STRESS=minor (or 1; the default here): a minor GC at every
-#     allocation. Old objects are then re-marked only through write barriers,
-#     so a store into a wb_protected loop without a barrier, or a missing
-#     mark, frees a live block at once. About 8 minutes on a 2-core VM
+#     allocation. Old wb_protected objects (timers, watchers) are then
+#     re-marked only through write barriers, and the loop (not wb_protected)
+#     only through its mark function, so a missing barrier or mark frees a
+#     live block at once. About 8 minutes on a 2-core VM
 #     (629 examples).
 #   EVIX_GC_STRESS=full: a full GC at every allocation; about 100 times slower,
 #     so only for the small set EVIX_GC_STRESS_FILES names.

@@ -4,13 +4,14 @@ require "spec_helper"
 require_relative "support/reliability_helpers"
 
 # Everything Rust holds for Ruby (blocks, fibers, IOs) must survive minor GCs
-# (write barriers: the loop is wb_protected), full GCs (marking) and
-# compaction (pinning) between being registered and being fired. Each
-# scenario runs in a forked child: a GC bug is a segfault, and it must fail
-# one example, not end the suite.
+# (the loop is not wb_protected, so its mark runs on minor GCs too), full GCs
+# (marking) and compaction (pinning) between being registered and being
+# fired. Each scenario runs in a forked child: a GC bug is a segfault, and it
+# must fail one example, not end the suite.
 RSpec.describe "Reliability: GC and compaction between registering and firing" do
-  # Old objects are only re-marked by a minor GC through write barriers:
-  # make the loop old first, then register young objects in it.
+  # A minor GC skips old objects unless a write barrier remembered them or
+  # (as for the loop) they are not wb_protected: make the loop old first,
+  # then register young objects in it.
   def promote(*objects)
     4.times { GC.start }
     objects

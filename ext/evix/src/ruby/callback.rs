@@ -5,8 +5,7 @@
 use super::{errors, nogvl};
 use crate::core::{Driver, Fire, Wake};
 use magnus::{
-    block::Proc, gc::Marker, rb_sys::AsRawValue, typed_data::Writebarrier, value::Opaque, Error,
-    Fiber, Ruby, Value,
+    block::Proc, gc::Marker, rb_sys::AsRawValue, value::Opaque, Error, Fiber, Ruby, Value,
 };
 use std::io;
 
@@ -55,20 +54,9 @@ impl Callback {
         }
     }
 
-    /// Tells the GC that `owner` (a write-barrier protected object) now
-    /// references this callback's objects. Every insertion into the loop
-    /// must call this, or a minor GC could free them.
-    pub fn barrier(&self, owner: &impl Writebarrier) {
-        match self.target {
-            Target::Block(block) => owner.writebarrier(block),
-            Target::Fiber(fiber) => owner.writebarrier(fiber),
-            Target::Nothing => {}
-        }
-        if let Some(keep) = self.keep {
-            owner.writebarrier(keep);
-        }
-    }
-
+    /// The loop's mark function calls this for everything it holds: the loop
+    /// is not write-barrier protected, so that is what keeps these objects
+    /// alive across minor GCs as well as full ones.
     pub fn mark(&self, marker: &Marker) {
         match self.target {
             Target::Block(block) => marker.mark(block),

@@ -37,8 +37,13 @@ fn current_thread() -> u64 {
     THREAD.with(|id| *id)
 }
 
+/// Not write-barrier protected, on purpose: the loop stores Ruby objects
+/// (blocks, fibers, IOs) on every `wait_io`, `next_tick`, `add_timer`...,
+/// and a barrier per store costs more than what it saves. The GC treats a
+/// WB-unprotected object as possibly pointing at anything young, so it runs
+/// `mark` on every minor GC too, and `mark` reaches everything the loop holds.
 #[derive(TypedData)]
-#[magnus(class = "Evix::Loop", free_immediately, size, mark, wb_protected)]
+#[magnus(class = "Evix::Loop", free_immediately, size, mark)]
 pub struct RbLoop {
     core: Loop<Callback>,
     owner: u64,
@@ -102,24 +107,32 @@ impl RbLoop {
         self.usable(ruby).map(Some)
     }
 
-    /// `callback`, after telling the GC the loop now holds its objects (the
-    /// loop is write-barrier protected, so minor GCs skip its mark function).
-    pub fn retain(rb_self: &Obj<Self>, callback: Callback) -> Callback {
-        callback.barrier(rb_self);
-        callback
+    /// `self` of the hottest methods, which take it as a plain `Value`:
+    /// magnus's conversion to `Obj<Self>` or `&Self` costs an `rb_protect`
+    /// around `rb_check_typeddata` per call.
+    fn this<'a>(ruby: &Ruby, rb_self: &'a Value) -> Result<&'a Self, Error> {
+        nogvl::typed_ref(ruby, rb_self).ok_or_else(|| {
+            errors::type_error(
+                ruby,
+                format!(
+                    "no implicit conversion of {} into Evix::Loop",
+                    rb_self.class()
+                ),
+            )
+        })
     }
 
-    fn next_tick(ruby: &Ruby, rb_self: Obj<Self>) -> Result<(), Error> {
-        let core = rb_self.usable(ruby)?;
+    fn next_tick(ruby: &Ruby, rb_self: Value) -> Result<(), Error> {
+        let core = Self::this(ruby, &rb_self)?.usable(ruby)?;
         let block = required_block(ruby, "next_tick")?;
-        core.next_tick(Self::retain(&rb_self, Callback::new(block)));
+        core.next_tick(Callback::new(block));
         Ok(())
     }
 
-    fn defer(ruby: &Ruby, rb_self: Obj<Self>) -> Result<(), Error> {
-        let core = rb_self.usable(ruby)?;
+    fn defer(ruby: &Ruby, rb_self: Value) -> Result<(), Error> {
+        let core = Self::this(ruby, &rb_self)?.usable(ruby)?;
         let block = required_block(ruby, "defer")?;
-        core.defer(Self::retain(&rb_self, Callback::new(block)));
+        core.defer(Callback::new(block));
         Ok(())
     }
 
@@ -155,7 +168,7 @@ impl RbLoop {
             }
         };
         let block = required_block(ruby, "add_timer")?;
-        let callback = Self::retain(&rb_self, Callback::new(block));
+        let callback = Callback::new(block);
         let key = errors::guard(ruby, || Ok(core.add_timer(delay, interval, callback)))?;
         Ok(ruby.obj_wrap(RbTimer::new(rb_self, key, block, delay, interval)))
     }
@@ -174,7 +187,6 @@ impl RbLoop {
             Some(io) => Callback::keeping(block, io),
             None => Callback::new(block),
         };
-        let callback = Self::retain(&rb_self, callback);
         let key = errors::guard(ruby, || {
             core.add_watcher(fd, interest, oneshot, callback, None)
                 .map_err(|e| errors::os(ruby, e, &format!("add_io(fd {fd})")))
@@ -187,17 +199,17 @@ impl RbLoop {
     /// returns the ready bits, or nil once `timeout` passed. Whatever else
     /// resumes the fiber meanwhile is returned as is. The fd's registration
     /// is pinned to `io` (see `core::Pin`), so waiting again costs no syscall.
-    fn wait_io(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Value, Error> {
-        let core = rb_self.usable(ruby)?;
+    fn wait_io(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+        let core = Self::this(ruby, &rb_self)?.usable(ruby)?;
         args::arity(ruby, args, 2, 3)?;
         let (fd, keep) = descriptor(ruby, args[0])?;
         let (interest, _) = args::events(ruby, args[1])?;
         let timeout = args::optional_seconds(ruby, args::optional(args, 2), "timeout")?;
         let fiber = ruby.fiber_current();
-        let resume = Self::retain(&rb_self, Callback::resume(fiber, keep));
-        // The pin keeps the same IO alive as `resume`, whose barrier above
-        // covers it, so it needs none of its own. (The core drops it unless
-        // the fd's registration is new or changes owner.)
+        let resume = Callback::resume(fiber, keep);
+        // The pin keeps the same IO alive as `resume`; the loop's mark
+        // reaches both. (The core drops it unless the fd's registration is
+        // new or changes owner.)
         let pin = keep.map(|io| Pin {
             owner: (io.as_raw(), REOPENS.load(Ordering::Relaxed)),
             keep: Callback::keep_alive(io),
@@ -219,11 +231,11 @@ impl RbLoop {
     /// Suspends the calling fiber until something resumes it, or until
     /// `timeout` seconds passed (then it returns nil); returns what it was
     /// resumed with. One timer and no Ruby object per call.
-    pub(super) fn suspend(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Value, Error> {
-        let core = rb_self.usable(ruby)?;
+    pub(super) fn suspend(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+        let core = Self::this(ruby, &rb_self)?.usable(ruby)?;
         args::arity(ruby, args, 0, 1)?;
         let timeout = args::optional_seconds(ruby, args::optional(args, 0), "timeout")?;
-        let resume = Self::retain(&rb_self, Callback::resume(ruby.fiber_current(), None));
+        let resume = Callback::resume(ruby.fiber_current(), None);
         let timer = timeout.map(|t| core.add_timer(t, None, resume));
         let result = ruby.fiber_yield::<_, Value>(());
         if let Some(timer) = timer {
@@ -247,13 +259,13 @@ impl RbLoop {
         Ok(())
     }
 
-    fn post(ruby: &Ruby, rb_self: Obj<Self>) -> Result<(), Error> {
+    fn post(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
         rb_self.not_forked(ruby)?;
         let block = required_block(ruby, "post")?;
         rb_self
             .core
             .shared()
-            .post(Self::retain(&rb_self, Callback::new(block)))
+            .post(Callback::new(block))
             .map_err(|_| errors::closed(ruby, "loop"))
     }
 

@@ -3,7 +3,9 @@
 //! handlers) through an unblock function. Also the few direct calls into
 //! Ruby's C API that the hot paths make, each behind a safe wrapper.
 
-use magnus::{block::Proc, rb_sys::AsRawValue, Error, RFile, RString, Ruby, Value};
+use magnus::{
+    block::Proc, rb_sys::AsRawValue, Error, RFile, RString, RTypedData, Ruby, TypedData, Value,
+};
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -83,8 +85,13 @@ pub fn call_proc(_ruby: &Ruby, block: Proc, arg: Option<Value>) -> Result<(), Er
 }
 
 /// The fd of an IO, as `IO#fileno` returns it (raising `IOError` for a
-/// closed or uninitialized IO), without a method call.
-pub fn io_descriptor(_ruby: &Ruby, io: RFile) -> Result<c_int, Error> {
+/// closed or uninitialized IO), without a method call. An open IO's fd is
+/// read straight from its `rb_io_t`; only the error cases pay
+/// `rb_io_descriptor` under `protect`, so they raise what Ruby raises.
+pub fn io_descriptor(ruby: &Ruby, io: RFile) -> Result<c_int, Error> {
+    if let Some(file) = open_file(ruby, io) {
+        return Ok(file.fd);
+    }
     let io = io.as_raw();
     let mut fd = -1;
     magnus::rb_sys::protect(|| {
@@ -97,6 +104,22 @@ pub fn io_descriptor(_ruby: &Ruby, io: RFile) -> Result<c_int, Error> {
     Ok(fd)
 }
 
+/// `io`'s `rb_io_t` while it is open (None: closed or uninitialized).
+/// `RFile` and `rb_io_t` are ruby/io.h's public structs as rb-sys generates
+/// them for the Ruby it builds against (3.3 marks `fd` deprecated in favour
+/// of `rb_io_descriptor`; should a later Ruby hide it, this stops compiling,
+/// and `io_descriptor`'s `protect` path and Ruby's own `*_nonblock` methods
+/// are what is left).
+fn open_file(_ruby: &Ruby, io: RFile) -> Option<&rb_sys::rb_io_t> {
+    // SAFETY: `_ruby` shows this is a Ruby thread holding the GVL, so no other
+    // thread closes or frees the IO while the reference lives (it is only used
+    // before the caller next runs Ruby code); `io` is a live T_FILE, whose
+    // `fptr` is NULL (uninitialized) or its rb_io_t, whose `fd` is -1 once
+    // closed.
+    let file = unsafe { (*(io.as_raw() as *const rb_sys::RFile)).fptr.as_ref()? };
+    (file.fd >= 0).then_some(file)
+}
+
 /// Starts loading the VM's struct behind `block` (a Proc's data lives apart
 /// from its object), as the timer phase does a few callbacks ahead.
 pub fn prefetch_proc_data(_ruby: &Ruby, block: Proc) {
@@ -106,6 +129,30 @@ pub fn prefetch_proc_data(_ruby: &Ruby, block: Proc) {
     // is for. The pointer is only handed to a prefetch hint, never read.
     let data = unsafe { rb_sys::RTYPEDDATA_GET_DATA(block.as_raw()) };
     crate::sys::prefetch(data.cast::<u8>());
+}
+
+/// `value`'s `T` if it is a typed data object of `T`'s own data type: the
+/// check `Obj::<T>::try_convert` makes, without the `rb_protect` around
+/// `rb_check_typeddata` it pays on every call. The reference lives as long
+/// as the borrow of `value`; the caller keeps the object alive meanwhile (a
+/// method's receiver is, on the VM stack, for the whole call).
+pub fn typed_ref<'a, T: TypedData>(_ruby: &Ruby, value: &'a Value) -> Option<&'a T> {
+    let data = RTypedData::from_value(*value)?.as_raw();
+    // magnus's `DataType` is `#[repr(transparent)]` over `rb_data_type_t`,
+    // and is what it hands to Ruby when it wraps a `T`.
+    let expected: *const rb_sys::rb_data_type_t = std::ptr::from_ref(T::data_type()).cast();
+    // SAFETY: `_ruby` shows this is a Ruby thread holding the GVL; `data` is a
+    // typed T_DATA object (`RTypedData::from_value` checked both), so reading
+    // its type and data pointer is what these accessors are for. magnus wraps
+    // every `T` with `T::data_type()` and no parent type, so an object of that
+    // type holds a `T` (or NULL, refused by `as_ref`), which lives until the
+    // object is freed.
+    unsafe {
+        if rb_sys::RTYPEDDATA_TYPE(data) != expected {
+            return None;
+        }
+        rb_sys::RTYPEDDATA_GET_DATA(data).cast::<T>().as_ref()
+    }
 }
 
 /// What a direct read or write may do with an IO (see `ruby/stream.rs`).
@@ -123,28 +170,19 @@ pub enum Direct {
 /// Looks at `io`'s `rb_io_t`: its fd, whether it is open for writing
 /// (`write`) or reading, and whether Ruby's read (or write) buffer holds
 /// bytes that a direct syscall would skip over.
-pub fn direct(_ruby: &Ruby, io: RFile, write: bool) -> Direct {
-    // SAFETY: `_ruby` shows this is a Ruby thread holding the GVL, so nothing
-    // changes the IO meanwhile; `io` is a live T_FILE object, whose `fptr` is
-    // either null (not initialized, or closed and finalized) or points to its
-    // rb_io_t, a struct of Ruby's public C API (ruby/io.h, 3.1 and 3.3 alike).
-    let fptr = unsafe { (*(io.as_raw() as *const rb_sys::RFile)).fptr };
-    if fptr.is_null() {
+pub fn direct(ruby: &Ruby, io: RFile, write: bool) -> Direct {
+    let Some(file) = open_file(ruby, io) else {
         return Direct::Closed;
-    }
-    // SAFETY: non-null, so it points to the IO's live rb_io_t (see above).
-    let fptr = unsafe { &*fptr };
-    let (mode, buffered) = if write {
-        (rb_sys::FMODE_WRITABLE, fptr.wbuf.len)
-    } else {
-        (rb_sys::FMODE_READABLE, fptr.rbuf.len)
     };
-    if fptr.fd < 0 {
-        Direct::Closed
-    } else if fptr.mode & mode as c_int == 0 || buffered != 0 {
+    let (mode, buffered) = if write {
+        (rb_sys::FMODE_WRITABLE, file.wbuf.len)
+    } else {
+        (rb_sys::FMODE_READABLE, file.rbuf.len)
+    };
+    if file.mode & mode as c_int == 0 || buffered != 0 {
         Direct::Ruby
     } else {
-        Direct::Fd(fptr.fd)
+        Direct::Fd(file.fd)
     }
 }
 

@@ -6,9 +6,7 @@
 //! the fibers benchmark one more resident page per sleeping fiber.
 
 use super::{args, event_loop::RbLoop};
-use magnus::{
-    method, prelude::*, typed_data::Obj, value::LazyId, Error, RHash, RModule, RObject, Ruby, Value,
-};
+use magnus::{method, prelude::*, value::LazyId, Error, RHash, RModule, RObject, Ruby, Value};
 
 static LOOP: LazyId = LazyId::new("@loop");
 static BLOCKED: LazyId = LazyId::new("@blocked");
@@ -32,7 +30,7 @@ fn block(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<bool, Error> {
 /// timeout in `timeout`, noted in `@blocked` meanwhile so that `unblock`
 /// may resume it. Returns what resumed it (nil: the timeout).
 fn suspend_blocked(ruby: &Ruby, rb_self: RObject, timeout: &[Value]) -> Result<Value, Error> {
-    let evloop: Obj<RbLoop> = rb_self.ivar_get(*LOOP)?;
+    let evloop: Value = rb_self.ivar_get(*LOOP)?;
     let blocked: RHash = rb_self.ivar_get(*BLOCKED)?;
     let fiber = ruby.fiber_current();
     blocked.aset(fiber, true)?;

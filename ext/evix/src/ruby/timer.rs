@@ -76,8 +76,7 @@ impl RbTimer {
         let delay = rb_self.delay.get();
         if !core.timer_again(rb_self.key.get(), delay) {
             let block = ruby.get_inner(rb_self.block);
-            let callback = RbLoop::retain(&owner, Callback::new(block));
-            let key = core.add_timer(delay, rb_self.interval, callback);
+            let key = core.add_timer(delay, rb_self.interval, Callback::new(block));
             rb_self.key.set(key);
             core.timer_set_ref(key, rb_self.referenced.get());
         }
