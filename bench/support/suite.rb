@@ -33,7 +33,8 @@ module Bench
             idle_connections: 100, syscall_round_trips: 200, timers: 100, fibers: 100, micro_scale: 0.001)
       else
         duration = Float(ENV.fetch("EVIX_BENCH_DURATION", "3"))
-        new(quick: false, echo_connections: [1, 10, 100, 1000], warmup: 1.0, duration: duration,
+        connections = ENV.fetch("EVIX_BENCH_CONNECTIONS", "1,10,100,1000").split(",").map { |n| Integer(n) }
+        new(quick: false, echo_connections: connections, warmup: 1.0, duration: duration,
             http_seconds: duration.ceil, idle_connections: 10_000, syscall_round_trips: 20_000,
             timers: 100_000, fibers: 10_000, micro_scale: 1.0)
       end
