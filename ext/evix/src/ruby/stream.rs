@@ -1,7 +1,7 @@
 //! `Evix::IO`'s reads and writes on sockets, as private methods (the rest of
 //! the class is in lib/evix/io.rb). One `recv`/`send` with MSG_DONTWAIT and
 //! a String: what `read_nonblock`/`write_nonblock` do, without their Ruby
-//! wrapper, keyword arguments and buffer bookkeeping (about 1,500 fewer
+//! wrapper, keyword arguments and buffer bookkeeping (about 1,800 fewer
 //! instructions per echo round trip, bench/PROFILE.md), and without SIGPIPE.
 //! Anything unusual (bytes in Ruby's own IO buffers, an IO not open for the
 //! direction, a read larger than the scratch buffer, not a socket) is left
