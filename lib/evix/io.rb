@@ -193,9 +193,8 @@ module Evix
 
     # The next chunk of input, a String of its own, or nil at end of file.
     # After a short read the kernel buffer is most likely empty: wait first
-    # instead of paying a read that fails
-    # with EAGAIN (the registration is level-triggered, so data that is
-    # already there wakes the wait at once). After FAIR_READS reads without a
+    # instead of paying a read that fails with EAGAIN (the registration is
+    # level-triggered, so data that is already there wakes the wait at once). After FAIR_READS reads without a
     # wait it waits too, so a peer that never stops sending cannot keep the
     # loop to itself.
     #
