@@ -8,7 +8,8 @@ require_relative "evix_build"
 # host's build is left alone.
 module Compat
   SUITE = "trixie"
-  PACKAGES = %w[ruby ruby-dev ruby-rspec rake bundler libclang-dev build-essential].freeze
+  # strace: a scheduler spec counts the reads a child process makes.
+  PACKAGES = %w[ruby ruby-dev ruby-rspec rake bundler libclang-dev build-essential strace].freeze
 
   module_function
 
@@ -20,18 +21,23 @@ module Compat
     system(*command) || abort("compat: failed: #{command.join(" ")}")
   end
 
+  # The marker lists the packages installed: a cache made before a package
+  # was added gets it installed, not rebuilt.
   def build_root
-    return if File.exist?(File.join(root, ".evix-ready"))
+    marker = File.join(root, ".evix-ready")
+    return if File.exist?(marker) && File.read(marker).split == PACKAGES
 
     abort "compat: needs root (debootstrap, chroot, mount)" unless Process.uid.zero?
-    FileUtils.rm_rf(root)
-    FileUtils.mkdir_p(root)
-    sh!("debootstrap", "--variant=minbase", SUITE, root)
+    unless File.exist?(marker)
+      FileUtils.rm_rf(root)
+      FileUtils.mkdir_p(root)
+      sh!("debootstrap", "--variant=minbase", SUITE, root)
+    end
     with_mounts(proc_dev_only: true) do
       sh!("chroot", root, "/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q",
           "--no-install-recommends", *PACKAGES)
     end
-    FileUtils.touch(File.join(root, ".evix-ready"))
+    File.write(marker, PACKAGES.join(" "))
   end
 
   def mounts

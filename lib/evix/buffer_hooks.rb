@@ -2,71 +2,13 @@
 
 module Evix
   class Scheduler
-    # The Fiber::Scheduler hooks that move bytes through an IO::Buffer. Each
-    # does its system call so that Ruby does not route it back into the
-    # scheduler (inside a blocking fiber where that is needed). (Leaving
-    # reads to Ruby would be cheaper on 3.1, but there IO#close from another
-    # fiber then raises "stream closed in another thread" in the closer
-    # instead of waking the reader.)
+    # The Fiber::Scheduler hooks that move bytes through an IO::Buffer and
+    # are written in Ruby, and the Ruby halves of the C hooks #io_read and
+    # #io_write (ext/evix/src/ruby/scheduler.rs), which move a socket's bytes
+    # themselves and leave every other IO to #read_by_ruby/#write_by_ruby.
+    # Each does its system call so that Ruby does not route it back into the
+    # scheduler (inside a blocking fiber where that is needed).
     module BufferHooks
-      # Fiber::Scheduler hook: reads at least +length+ bytes (0: whatever is
-      # available) into +buffer+ at +offset+. After a short read from a
-      # socket the next call waits before it reads (the read would most
-      # likely fail with EAGAIN; the registration is level-triggered, so data
-      # already there ends the wait at once).
-      # @return [Integer] bytes read, or -errno
-      def io_read(io, buffer, length, offset = 0)
-        return read_other(io, buffer, length, offset) unless io.is_a?(BasicSocket)
-
-        wait = @drained[fd = io.fileno]
-        total = 0
-        while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
-          return -Errno::ETIMEDOUT::Errno if wait && !wait_for(io, READ)
-
-          size = [buffer.size - offset, SCRATCH_LIMIT].min
-          chunk = DIRECT_NONBLOCK ? io.read_nonblock(size, @scratch, exception: false) : read_nonblock(io, size)
-          if :wait_readable == chunk # rubocop:disable Style/YodaCondition -- no method call
-            wait = true
-            next
-          end
-          break unless chunk # end of file
-
-          buffer.set_string(chunk, offset)
-          total += (read = chunk.bytesize)
-          wait = read < size
-          break if total >= length
-
-          offset += read
-        end
-        @drained[fd] = wait
-        total
-      rescue SystemCallError => e
-        -e.errno
-      end
-
-      # Fiber::Scheduler hook: writes at least +length+ bytes (0: what the
-      # kernel takes at once) from +buffer+ at +offset+.
-      # @return [Integer] bytes written, or -errno
-      def io_write(io, buffer, length, offset = 0)
-        total = 0
-        while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
-          data = buffer.get_string(offset)
-          written = DIRECT_NONBLOCK ? io.write_nonblock(data, exception: false) : write_nonblock(io, data)
-          if :wait_writable == written # rubocop:disable Style/YodaCondition -- no method call
-            return -Errno::ETIMEDOUT::Errno unless wait_for(io, WRITE)
-
-            next
-          end
-          total += written
-          break if total >= length || written == 0 # rubocop:disable Style/NumericPredicate -- no method call
-
-          offset += written
-        end
-        total
-      rescue SystemCallError => e
-        -e.errno
-      end
-
       if RUBY_VERSION >= "3.3"
         # Fiber::Scheduler hook (IO#pread, Ruby >= 3.3): reads at file offset +from+.
         # @return [Integer] bytes read, or -errno
@@ -114,12 +56,10 @@ module Evix
       # into io_read, so only that needs the blocking fiber there. (Later
       # Rubies have a cheap Fiber.blocking, used for every call.)
       DIRECT_NONBLOCK = !Fiber.respond_to?(:blocking)
-      # Whether IOs have their own timeout for reads and writes (IO#timeout, Ruby >= 3.2).
-      IO_TIMEOUT = ::IO.method_defined?(:timeout)
       # Reads go through one String per scheduler (then copied into the
       # buffer) instead of a new String each, at most this many bytes at once.
       SCRATCH_LIMIT = 64 * 1024
-      private_constant :DIRECT_NONBLOCK, :IO_TIMEOUT, :SCRATCH_LIMIT
+      private_constant :DIRECT_NONBLOCK, :SCRATCH_LIMIT
 
       private
 
@@ -128,8 +68,11 @@ module Evix
         @scratch = ::String.new(capacity: 16 * 1024, encoding: Encoding::BINARY)
       end
 
-      # io_read on an IO other than a socket (a pipe, a terminal, a file).
-      def read_other(io, buffer, length, offset)
+      # io_read on an IO other than a socket (a pipe, a terminal, a file), or
+      # on one whose bytes Ruby's own buffer holds: reads at least +length+
+      # bytes (0: whatever is available) into +buffer+ at +offset+.
+      # @return [Integer] bytes read, or -errno
+      def read_by_ruby(io, buffer, length, offset = 0)
         total = 0
         while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
           chunk = read_nonblock(io, [buffer.size - offset, SCRATCH_LIMIT].min)
@@ -145,6 +88,30 @@ module Evix
           break if total >= length
 
           offset += read
+        end
+        total
+      rescue SystemCallError => e
+        -e.errno
+      end
+
+      # io_write on an IO other than a socket, or on one with bytes in Ruby's
+      # write buffer: writes at least +length+ bytes (0: what the kernel takes
+      # at once) from +buffer+ at +offset+.
+      # @return [Integer] bytes written, or -errno
+      def write_by_ruby(io, buffer, length, offset = 0)
+        total = 0
+        while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
+          data = buffer.get_string(offset)
+          written = DIRECT_NONBLOCK ? io.write_nonblock(data, exception: false) : write_nonblock(io, data)
+          if :wait_writable == written # rubocop:disable Style/YodaCondition -- no method call
+            return -Errno::ETIMEDOUT::Errno unless wait_for(io, WRITE)
+
+            next
+          end
+          total += written
+          break if total >= length || written == 0 # rubocop:disable Style/NumericPredicate -- no method call
+
+          offset += written
         end
         total
       rescue SystemCallError => e

@@ -112,19 +112,6 @@ module Evix
       @abandoned = true
     end
 
-    # Fiber::Scheduler hook. A descriptor epoll cannot watch (a regular
-    # file, also behind a plain IO such as a redirected $stderr) is ready at
-    # once, as Ruby reports it without a scheduler.
-    # @return [Integer, false] ready events, false on timeout
-    def io_wait(io, events, timeout = nil)
-      return events & (::IO::READABLE | ::IO::WRITABLE) if io.is_a?(::File) && io.stat.file?
-
-      ready = wait_for(io, interest_for(events), timeout)
-      ready ? ready_events(ready, events) : false
-    rescue Errno::EPERM # epoll_ctl refused the descriptor: nothing registered
-      events & (::IO::READABLE | ::IO::WRITABLE)
-    end
-
     # Forgets +io+'s registration before it is closed (see ClosingIO).
     # @api private
     # @return [nil]
@@ -148,11 +135,14 @@ module Evix
       nil
     end
 
-    # The Fiber::Scheduler hooks #kernel_sleep(duration = nil) and
-    # #block(blocker, timeout = nil) are C methods, in
+    # The Fiber::Scheduler hooks #kernel_sleep(duration = nil),
+    # #block(blocker, timeout = nil), #io_wait(io, events, timeout = nil),
+    # #io_read(io, buffer, length, offset = 0) and
+    # #io_write(io, buffer, length, offset = 0) are C methods, in
     # ext/evix/src/ruby/scheduler.rs: a hook written in Ruby would leave a VM
-    # re-entry on the machine stack of every fiber parked in it. Both note
-    # the fiber in @blocked while it waits, for #unblock.
+    # re-entry on the machine stack of every fiber parked in it. Those that
+    # wait note the fiber in @blocked (sleep, block) or @io_waiters (IO), for
+    # #unblock and #io_closed.
 
     # Fiber::Scheduler hook; may be called from any thread.
     # @return [nil]
@@ -228,51 +218,9 @@ module Evix
 
     private
 
-    # Suspends the calling fiber until +io+ is ready for +interest+ (READ
-    # and WRITE bits), at most +timeout+ seconds (by default the IO's own
-    # timeout, where IOs have one), noted in @io_waiters meanwhile so that
-    # IO#close can wake it. @return [Integer, nil] the ready bits, nil on timeout
-    def wait_for(io, interest, timeout = (io.timeout if IO_TIMEOUT))
-      fiber = Fiber.current
-      waiters = @io_waiters
-      # One Hash lookup when no other fiber waits on the IO (nearly always).
-      # (Fiber#== is BasicObject#==, which the VM compares without a call.)
-      shared = waiters[io] ||= fiber
-      waiters[io] = [*shared, fiber] unless fiber == shared
-      begin
-        ready = @loop.wait_io(io, interest, timeout)
-      ensure
-        left = waiters.delete(io)
-        forget_waiter(io, fiber, left) unless fiber == left
-      end
-      raise IOError, "stream closed in another fiber or thread" if :closed == ready # rubocop:disable Style/YodaCondition -- no method call
-
-      ready
-    end
-
-    # Puts back the other fibers waiting on +io+ (+left+: what @io_waiters held).
-    def forget_waiter(io, fiber, left)
-      rest = Array(left).reject { |other| other.equal?(fiber) }
-      @io_waiters[io] = rest.size == 1 ? rest.first : rest unless rest.empty?
-    end
-
     def waits_on?(io, fiber)
       waiting = @io_waiters[io]
       fiber.equal?(waiting) || (waiting.is_a?(Array) && waiting.any? { |other| other.equal?(fiber) })
-    end
-
-    def interest_for(events)
-      interest = 0
-      interest |= READ if events.anybits?(::IO::READABLE | ::IO::PRIORITY)
-      interest |= WRITE if events.anybits?(::IO::WRITABLE)
-      interest
-    end
-
-    def ready_events(ready, events)
-      result = 0
-      result |= events & (::IO::READABLE | ::IO::PRIORITY) if ready.anybits?(READ)
-      result |= events & ::IO::WRITABLE if ready.anybits?(WRITE)
-      result
     end
 
     def wake(fiber, value)

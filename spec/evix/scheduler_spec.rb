@@ -4,6 +4,7 @@ require "spec_helper"
 require "io/wait"
 require "net/http"
 require "tempfile"
+require "tmpdir"
 
 # Evix::Scheduler: plain standard-library code inside Fiber.schedule / Evix.run,
 # on real sockets, pipes, processes and threads.
@@ -955,24 +956,26 @@ RSpec.describe Evix::Scheduler do
     end
 
     it "after a short read from a socket wait before reading again, instead of a read that fails with EAGAIN" do
-      a, b = socket_pair
-      reads = Hash.new(0)
-      counting = Module.new do
-        define_method(:read_nonblock) do |*args, **options|
-          super(*args, **options).tap { |chunk| reads[chunk == :wait_readable ? :eagain : :data] += 1 }
+      # The hook calls recv itself, so the kernel is what can count its reads:
+      # a child process under strace, 20 round trips over a socket pair.
+      script = <<~RUBY
+        require "evix"
+        a, b = UNIXSocket.pair
+        replies = Evix.run do
+          Fiber.schedule { 20.times { b.write(b.readpartial(64)) } }
+          Array.new(20) { |i| a.write("m\#{i}"); a.readpartial(64) }
         end
+        exit(replies == Array.new(20) { |i| "m\#{i}" } ? 0 : 1)
+      RUBY
+      Dir.mktmpdir do |dir|
+        trace = File.join(dir, "trace")
+        ok = system("strace", "-f", "-qq", "-e", "trace=recvfrom", "-o", trace,
+                    RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), "-e", script)
+        expect(ok).to be(true)
+        calls = File.readlines(trace).grep(/recvfrom\(/)
+        expect(calls.count { |line| line.match?(/= [1-9]/) }).to eq(40) # 20 reads on each side
+        expect(calls.count { |line| line.include?("EAGAIN") }).to be <= 2 # each side's first read
       end
-      a.singleton_class.prepend(counting)
-      replies = Evix.run do
-        Fiber.schedule { 20.times { b.write(b.readpartial(64)) } }
-        Array.new(20) do |i|
-          a.write("m#{i}")
-          a.readpartial(64)
-        end
-      end
-      expect(replies).to eq(Array.new(20) { |i| "m#{i}" })
-      expect(reads[:data]).to eq(20)
-      expect(reads[:eagain]).to be <= 1 # the first read, before any was short
     end
 
     it "read at once what arrived on a socket between a short read and the next" do
@@ -1011,6 +1014,108 @@ RSpec.describe Evix::Scheduler do
         [r.read(10), r.read(10)]
       end
       expect(result).to eq(["abc", nil])
+    end
+  end
+
+  describe "the io_read and io_write hooks called directly" do
+    # IO::Buffer is experimental on Ruby 3.1, which warns when one is made.
+    def quietly
+      experimental = Warning[:experimental]
+      Warning[:experimental] = false
+      yield
+    ensure
+      Warning[:experimental] = experimental
+    end
+
+    def buffer(size) = quietly { IO::Buffer.new(size) }
+
+    it "io_read fills the buffer at the offset from a socket and returns the count" do
+      a, b = socket_pair
+      result = Evix.run do
+        scheduler = Fiber.scheduler
+        buf = buffer(16)
+        Fiber.schedule do
+          sleep 0.01
+          b.write("hello")
+        end
+        read = scheduler.io_read(a, buf, 5, 2)
+        [read, buf.get_string(2, 5)]
+      end
+      expect(result).to eq([5, "hello"])
+    end
+
+    it "io_write sends the buffer from the offset and returns the count" do
+      a, b = socket_pair
+      written = Evix.run do
+        buf = buffer(8)
+        buf.set_string("..abcdef")
+        Fiber.scheduler.io_write(a, buf, 6, 2)
+      end
+      expect(written).to eq(6)
+      expect(b.read_nonblock(64)).to eq("abcdef")
+    end
+
+    it "io_read returns 0 at the end of the stream and io_write -EPIPE once the peer is gone" do
+      a, b = socket_pair
+      b.close
+      result = Evix.run do
+        scheduler = Fiber.scheduler
+        [scheduler.io_read(a, buffer(4), 1), scheduler.io_write(a, buffer(4), 4)]
+      end
+      expect(result).to eq([0, -Errno::EPIPE::Errno])
+    end
+
+    it "io_write on a socket whose kernel buffer is full waits until the peer reads" do
+      a, b = socket_pair
+      big = buffer(4 << 20)
+      result = Evix.run do
+        Fiber.schedule do
+          got = 0
+          got += b.readpartial(1 << 16).bytesize while got < (4 << 20)
+        end
+        Fiber.scheduler.io_write(a, big, 4 << 20)
+      end
+      expect(result).to eq(4 << 20)
+    end
+
+    it "reject what is not an IO::Buffer, a read-only buffer and an offset past the end, leaving the socket alone" do
+      a, b = socket_pair
+      b.write("kept")
+      errors = Evix.run do
+        scheduler = Fiber.scheduler
+        readonly = quietly { IO::Buffer.for("frozen") }
+        [-> { scheduler.io_read(a, "not a buffer", 1) },
+         -> { scheduler.io_read(a, readonly, 1) },
+         -> { scheduler.io_read(a, buffer(4), 1, 5) },
+         -> { scheduler.io_write(a, buffer(4), 1, 5) }].map do |call|
+          call.call
+        rescue StandardError => e
+          e.class
+        end
+      end
+      expect(errors[0]).to eq(TypeError)
+      expect(errors[1]).to be < StandardError
+      expect(errors[1].name).to match(/AccessError/)
+      expect(errors[2..]).to eq([ArgumentError, ArgumentError])
+      expect(a.read_nonblock(64)).to eq("kept")
+    end
+
+    it "io_wait rejects events that are not an Integer" do
+      r, = pipe
+      expect { Evix.run { Fiber.scheduler.io_wait(r, "readable", 1) } }.to raise_error(TypeError)
+    end
+
+    if IO.method_defined?(:timeout)
+      it "io_read on a socket gives -ETIMEDOUT after the IO's own timeout (Ruby >= 3.2)" do
+        a, = socket_pair
+        a.timeout = 0.05
+        result = Evix.run do
+          scheduler = Fiber.scheduler
+          # The first read finds nothing and waits; the wait times out.
+          scheduler.io_read(a, buffer(4), 1)
+        end
+        expect(result).to eq(-Errno::ETIMEDOUT::Errno)
+      end
     end
   end
 

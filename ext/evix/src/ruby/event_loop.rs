@@ -199,7 +199,7 @@ impl RbLoop {
     /// returns the ready bits, or nil once `timeout` passed. Whatever else
     /// resumes the fiber meanwhile is returned as is. The fd's registration
     /// is pinned to `io` (see `core::Pin`), so waiting again costs no syscall.
-    fn wait_io(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    pub(super) fn wait_io(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
         let core = Self::this(ruby, &rb_self)?.usable(ruby)?;
         args::arity(ruby, args, 2, 3)?;
         let (fd, keep) = descriptor(ruby, args[0])?;

@@ -194,3 +194,58 @@ pub fn with_bytes<R>(_ruby: &Ruby, string: RString, f: impl FnOnce(&[u8]) -> R) 
     // no GC, compaction or mutation can happen while the slice lives.
     f(unsafe { string.as_slice() })
 }
+
+/// Runs `f` on the memory of `buffer`, an `IO::Buffer`, to read from it.
+/// Whatever Ruby's accessor raises (not an IO::Buffer, freed) comes back as
+/// `Err`. `f` must not call into Ruby: the memory is only valid while the
+/// buffer can neither change nor be freed.
+pub fn with_buffer<R>(ruby: &Ruby, buffer: Value, f: impl FnOnce(&[u8]) -> R) -> Result<R, Error> {
+    let (base, size) = buffer_memory(ruby, buffer, false)?;
+    if base.is_null() {
+        return Ok(f(&[]));
+    }
+    // SAFETY: Ruby handed out `size` readable bytes at `base`; the buffer sits
+    // on this stack (the caller's argument) and `f` runs no Ruby code, so
+    // nothing frees, resizes or moves it while the slice lives.
+    Ok(f(unsafe { std::slice::from_raw_parts(base, size) }))
+}
+
+/// Runs `f` on the memory of `buffer`, an `IO::Buffer`, to write into it.
+/// As [`with_buffer`]; a read-only buffer raises what Ruby raises.
+pub fn with_buffer_mut<R>(
+    ruby: &Ruby,
+    buffer: Value,
+    f: impl FnOnce(&mut [u8]) -> R,
+) -> Result<R, Error> {
+    let (base, size) = buffer_memory(ruby, buffer, true)?;
+    if base.is_null() {
+        return Ok(f(&mut []));
+    }
+    // SAFETY: as in `with_buffer`; Ruby's accessor for writing checked that
+    // the memory is writable, and no other reference to it exists in Rust.
+    Ok(f(unsafe { std::slice::from_raw_parts_mut(base, size) }))
+}
+
+/// An IO::Buffer's base and size, from Ruby's accessor for writing or reading.
+fn buffer_memory(_ruby: &Ruby, buffer: Value, write: bool) -> Result<(*mut u8, usize), Error> {
+    let raw = buffer.as_raw();
+    let mut base: *mut c_void = std::ptr::null_mut();
+    let mut size: rb_sys::size_t = 0;
+    magnus::rb_sys::protect(|| {
+        // SAFETY: `_ruby` shows this is a Ruby thread holding the GVL; the
+        // out-pointers are locals of this frame; the accessors check that
+        // `raw` is an IO::Buffer (TypeError otherwise) and raise for a freed
+        // or, when writing, read-only buffer; `protect` catches those.
+        unsafe {
+            if write {
+                rb_sys::rb_io_buffer_get_bytes_for_writing(raw, &mut base, &mut size);
+            } else {
+                let mut readable: *const c_void = std::ptr::null();
+                rb_sys::rb_io_buffer_get_bytes_for_reading(raw, &mut readable, &mut size);
+                base = readable.cast_mut();
+            }
+        }
+        rb_sys::Qnil as rb_sys::VALUE
+    })?;
+    Ok((base.cast::<u8>(), size as usize))
+}

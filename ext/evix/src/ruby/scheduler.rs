@@ -1,15 +1,59 @@
-//! The `Evix::Scheduler` hooks that suspend a fiber with no IO, written in
-//! Rust (the rest of the class is in lib/evix/scheduler.rb). Ruby calls
-//! these hooks from C, often under a C iterator (`n.times { sleep 0.01 }`);
-//! a hook written in Ruby re-enters the VM there, and the frames of that
-//! re-entry stay on the machine stack of every fiber parked in the hook: in
-//! the fibers benchmark one more resident page per sleeping fiber.
+//! The `Evix::Scheduler` hooks that suspend a fiber, written in Rust (the
+//! rest of the class is in lib/evix/scheduler.rb and buffer_hooks.rb). Ruby
+//! calls these hooks from C, often under a C iterator (`n.times { sleep }`,
+//! `readpartial` inside `each`); a hook written in Ruby re-enters the VM
+//! there, and the frames of that re-entry stay on the machine stack of every
+//! fiber parked in the hook: in the fibers benchmark one more resident page
+//! per sleeping fiber.
+//!
+//! `io_read`/`io_write` move a socket's bytes straight between the kernel
+//! and the `IO::Buffer` Ruby hands in (no String, no copy, no
+//! `read_nonblock` call); anything else (a pipe, a file, bytes in Ruby's own
+//! IO buffers) goes to the Ruby methods `read_by_ruby`/`write_by_ruby`.
 
-use super::{args, event_loop::RbLoop};
-use magnus::{method, prelude::*, value::LazyId, Error, RHash, RModule, RObject, Ruby, Value};
+use super::{
+    args, errors,
+    event_loop::RbLoop,
+    nogvl::{self, Direct},
+};
+use crate::sys::stream;
+use magnus::{
+    method,
+    prelude::*,
+    rb_sys::AsRawValue,
+    value::{Lazy, LazyId},
+    Error, Integer, IntoValue, RArray, RClass, RFile, RHash, RModule, RObject, Ruby, Value,
+};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 static LOOP: LazyId = LazyId::new("@loop");
 static BLOCKED: LazyId = LazyId::new("@blocked");
+static IO_WAITERS: LazyId = LazyId::new("@io_waiters");
+static DRAINED: LazyId = LazyId::new("@drained");
+static READ_BY_RUBY: LazyId = LazyId::new("read_by_ruby");
+static WRITE_BY_RUBY: LazyId = LazyId::new("write_by_ruby");
+static TIMEOUT: LazyId = LazyId::new("timeout");
+static STAT: LazyId = LazyId::new("stat");
+static IS_FILE: LazyId = LazyId::new("file?");
+static ERRNO: LazyId = LazyId::new("errno");
+static CLOSED: LazyId = LazyId::new("closed");
+
+/// `::BasicSocket`, looked up once (`init` requires "socket" first).
+static BASIC_SOCKET: Lazy<RClass> = Lazy::new(|ruby| {
+    ruby.class_object()
+        .const_get("BasicSocket")
+        .expect("socket is required in init")
+});
+
+/// Whether IOs have their own timeout for reads and writes (`IO#timeout`,
+/// Ruby >= 3.2), which the read and write hooks wait with.
+static IO_TIMEOUT: AtomicBool = AtomicBool::new(false);
+
+// Ruby's IO::READABLE, IO::PRIORITY and IO::WRITABLE (ruby/io.h).
+const READABLE: i64 = 1;
+const PRIORITY: i64 = 2;
+const WRITABLE: i64 = 4;
 
 /// `Fiber::Scheduler#kernel_sleep(duration = nil)`: suspends the calling
 /// fiber for `duration` seconds (without one, until `unblock`); nil.
@@ -41,9 +85,320 @@ fn suspend_blocked(ruby: &Ruby, rb_self: RObject, timeout: &[Value]) -> Result<V
     resumed
 }
 
+/// `Fiber::Scheduler#io_wait(io, events, timeout = nil)`: the ready events
+/// (IO::READABLE, PRIORITY, WRITABLE bits of `events`), false on timeout.
+/// A regular file (which epoll cannot watch, also behind a plain IO such as
+/// a redirected `$stderr`) is ready at once, as Ruby reports it without a
+/// scheduler.
+fn io_wait(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error> {
+    args::arity(ruby, args, 2, 3)?;
+    let io = args[0];
+    let events: i64 = Integer::try_convert(args[1])?.to_i64()?;
+    let ready_now = (events & (READABLE | WRITABLE)).into_value_with(ruby);
+    if io.is_kind_of(ruby.class_file())
+        && io
+            .funcall::<_, _, Value>(*STAT, ())?
+            .funcall(*IS_FILE, ())?
+    {
+        return Ok(ready_now);
+    }
+    let mut interest = 0;
+    if events & (READABLE | PRIORITY) != 0 {
+        interest |= args::READ;
+    }
+    if events & WRITABLE != 0 {
+        interest |= args::WRITE;
+    }
+    let timeout = args
+        .get(2)
+        .copied()
+        .unwrap_or_else(|| ruby.qnil().as_value());
+    match wait_for(ruby, rb_self, io, interest, timeout) {
+        Ok(Some(ready)) => {
+            let ready: i64 = Integer::try_convert(ready)?.to_i64()?;
+            let mut result = 0;
+            if ready & args::READ != 0 {
+                result |= events & (READABLE | PRIORITY);
+            }
+            if ready & args::WRITE != 0 {
+                result |= events & WRITABLE;
+            }
+            Ok(result.into_value_with(ruby))
+        }
+        Ok(None) => Ok(ruby.qfalse().as_value()),
+        // epoll_ctl refused the descriptor: nothing was registered.
+        Err(e) if errno_of(ruby, &e) == Some(libc::EPERM.into()) => Ok(ready_now),
+        Err(e) => Err(e),
+    }
+}
+
+/// `Fiber::Scheduler#io_read(io, buffer, length, offset = 0)`: reads at
+/// least `length` bytes (0: whatever is there) into `buffer` at `offset`;
+/// the bytes read (fewer at end of stream), or -errno. After a short read
+/// from a socket the next call waits before it reads (the read would most
+/// likely fail with EAGAIN; the registration is level-triggered, so data
+/// already there ends the wait at once).
+fn io_read(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error> {
+    args::arity(ruby, args, 3, 4)?;
+    let (io, buffer) = (args[0], args[1]);
+    let Some((file, length, mut offset)) = socket_call(ruby, args) else {
+        return rb_self.funcall(*READ_BY_RUBY, args);
+    };
+    let fd = match nogvl::direct(ruby, file, false) {
+        Direct::Fd(fd) => fd,
+        Direct::Closed => return Err(closed_stream(ruby)),
+        Direct::Ruby => return rb_self.funcall(*READ_BY_RUBY, args),
+    };
+    let drained: RArray = rb_self.ivar_get(*DRAINED)?;
+    let mut wait = drained.entry::<Value>(fd as isize)?.to_bool();
+    let mut total = 0;
+    loop {
+        if wait {
+            match wait_for(ruby, rb_self, io, args::READ, io_timeout(ruby, io)?) {
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(negative_errno(ruby, libc::ETIMEDOUT)),
+                Err(e) => return errno_result(ruby, e),
+            }
+            if open_fd(ruby, file, false)? != Some(fd) {
+                // Ruby's buffer got bytes while we waited (an ungetc): they
+                // come first, so Ruby's own method reads from here on.
+                return if total == 0 {
+                    rb_self.funcall(*READ_BY_RUBY, args)
+                } else {
+                    Ok(total.into_value_with(ruby))
+                };
+            }
+        }
+        let (room, read) = nogvl::with_buffer_mut(ruby, buffer, |bytes| {
+            bytes
+                .get_mut(offset..)
+                .map(|room| (room.len(), stream::recv(fd, room)))
+        })?
+        .ok_or_else(|| offset_error(ruby))?;
+        match read {
+            _ if room == 0 => break,
+            Ok(0) => break, // end of stream
+            Ok(n) => {
+                total += n;
+                wait = n < room;
+                if total >= length {
+                    break;
+                }
+                offset += n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait = true,
+            Err(e) => return Ok(negative_errno(ruby, e.raw_os_error().unwrap_or(libc::EIO))),
+        }
+    }
+    drained.store(fd as isize, wait)?;
+    Ok(total.into_value_with(ruby))
+}
+
+/// `Fiber::Scheduler#io_write(io, buffer, length, offset = 0)`: writes at
+/// least `length` bytes (0: what the kernel takes at once) from `buffer` at
+/// `offset`; the bytes written, or -errno.
+fn io_write(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error> {
+    args::arity(ruby, args, 3, 4)?;
+    let (io, buffer) = (args[0], args[1]);
+    let Some((file, length, mut offset)) = socket_call(ruby, args) else {
+        return rb_self.funcall(*WRITE_BY_RUBY, args);
+    };
+    let mut total = 0;
+    loop {
+        let Some(fd) = open_fd(ruby, file, true)? else {
+            // Bytes in Ruby's write buffer go first: Ruby's own method.
+            return if total == 0 {
+                rb_self.funcall(*WRITE_BY_RUBY, args)
+            } else {
+                Ok(total.into_value_with(ruby))
+            };
+        };
+        let sent = nogvl::with_buffer(ruby, buffer, |bytes| {
+            bytes.get(offset..).map(|rest| stream::send(fd, rest))
+        })?
+        .ok_or_else(|| offset_error(ruby))?;
+        match sent {
+            Ok(n) => {
+                total += n;
+                if total >= length || n == 0 {
+                    break;
+                }
+                offset += n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                match wait_for(ruby, rb_self, io, args::WRITE, io_timeout(ruby, io)?) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Ok(negative_errno(ruby, libc::ETIMEDOUT)),
+                    Err(e) => return errno_result(ruby, e),
+                }
+            }
+            Err(e) => return Ok(negative_errno(ruby, e.raw_os_error().unwrap_or(libc::EIO))),
+        }
+    }
+    Ok(total.into_value_with(ruby))
+}
+
+/// `wait_for(io, interest, timeout = io.timeout)`, private, for the Ruby
+/// hooks: the ready Evix::READ/WRITE bits, nil on timeout.
+fn wait_for_method(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error> {
+    args::arity(ruby, args, 2, 3)?;
+    let interest = Integer::try_convert(args[1])?.to_i64()?;
+    let timeout = match args.get(2) {
+        Some(timeout) => *timeout,
+        None => io_timeout(ruby, args[0])?,
+    };
+    let ready = wait_for(ruby, rb_self, args[0], interest, timeout)?;
+    Ok(ready.unwrap_or_else(|| ruby.qnil().as_value()))
+}
+
+/// Suspends the calling fiber until `io` is ready for `interest`
+/// (Evix::READ/WRITE bits), at most `timeout` seconds (nil: no limit),
+/// noted in `@io_waiters` meanwhile (IO => the fiber, or an Array when
+/// several wait) so that `IO#close` can wake it. The ready bits, or None on
+/// timeout; IOError when the IO was closed meanwhile.
+fn wait_for(
+    ruby: &Ruby,
+    rb_self: RObject,
+    io: Value,
+    interest: i64,
+    timeout: Value,
+) -> Result<Option<Value>, Error> {
+    let evloop: Value = rb_self.ivar_get(*LOOP)?;
+    let waiters: RHash = rb_self.ivar_get(*IO_WAITERS)?;
+    let fiber = ruby.fiber_current().as_value();
+    // One Hash lookup when no other fiber waits on the IO (nearly always).
+    match waiters.get(io) {
+        None => waiters.aset(io, fiber)?,
+        Some(shared) if same(shared, fiber) => {}
+        Some(shared) => {
+            let all = match RArray::from_value(shared) {
+                Some(others) => others.dup(),
+                None => ruby.ary_from_iter([shared]),
+            };
+            all.push(fiber)?;
+            waiters.aset(io, all)?;
+        }
+    }
+    let ready = RbLoop::wait_io(ruby, evloop, &[io, interest.into_value_with(ruby), timeout]);
+    // Whatever ended the wait, this fiber no longer waits; others still do.
+    let left: Value = waiters.delete(io)?;
+    if !same(left, fiber) {
+        keep_others(ruby, waiters, io, fiber, left)?;
+    }
+    let ready = ready?;
+    if same(ready, CLOSED.into_value_with(ruby)) {
+        return Err(Error::new(
+            ruby.exception_io_error(),
+            "stream closed in another fiber or thread",
+        ));
+    }
+    Ok((!ready.is_nil()).then_some(ready))
+}
+
+/// Puts back the fibers other than `fiber` that `@io_waiters` held for `io`.
+fn keep_others(
+    ruby: &Ruby,
+    waiters: RHash,
+    io: Value,
+    fiber: Value,
+    left: Value,
+) -> Result<(), Error> {
+    let rest = ruby.ary_new();
+    match RArray::from_value(left) {
+        Some(all) => {
+            for index in 0..all.len() {
+                let other: Value = all.entry(index as isize)?;
+                if !same(other, fiber) {
+                    rest.push(other)?;
+                }
+            }
+        }
+        None if left.is_nil() => {}
+        None => rest.push(left)?,
+    }
+    match rest.len() {
+        0 => Ok(()),
+        1 => waiters.aset(io, rest.entry::<Value>(0)?),
+        _ => waiters.aset(io, rest),
+    }
+}
+
+/// The socket, length and offset of an `io_read`/`io_write` call, when the
+/// IO is a socket and both counts are plain Integers.
+fn socket_call(ruby: &Ruby, args: &[Value]) -> Option<(RFile, usize, usize)> {
+    let file =
+        RFile::from_value(args[0]).filter(|_| args[0].is_kind_of(ruby.get_inner(&BASIC_SOCKET)))?;
+    let count = |value: Value| Integer::from_value(value)?.to_usize().ok();
+    let offset = args.get(3).map_or(Some(0), |value| count(*value))?;
+    Some((file, count(args[2])?, offset))
+}
+
+/// The fd to read (or write) `file` through directly; None when Ruby's own
+/// buffer holds bytes for it; IOError when it is closed.
+fn open_fd(ruby: &Ruby, file: RFile, write: bool) -> Result<Option<i32>, Error> {
+    match nogvl::direct(ruby, file, write) {
+        Direct::Fd(fd) => Ok(Some(fd)),
+        Direct::Closed => Err(closed_stream(ruby)),
+        Direct::Ruby => Ok(None),
+    }
+}
+
+/// The IO's own timeout (`IO#timeout`, Ruby >= 3.2), else nil.
+fn io_timeout(ruby: &Ruby, io: Value) -> Result<Value, Error> {
+    if IO_TIMEOUT.load(Ordering::Relaxed) {
+        io.funcall(*TIMEOUT, ())
+    } else {
+        Ok(ruby.qnil().as_value())
+    }
+}
+
+/// A `SystemCallError` as the hooks' -errno result; anything else raised.
+fn errno_result(ruby: &Ruby, error: Error) -> Result<Value, Error> {
+    match errno_of(ruby, &error) {
+        Some(errno) => Ok((-errno).into_value_with(ruby)),
+        None => Err(error),
+    }
+}
+
+fn errno_of(ruby: &Ruby, error: &Error) -> Option<i64> {
+    if !error.is_kind_of(ruby.exception_system_call_error()) {
+        return None;
+    }
+    error.value()?.funcall(*ERRNO, ()).ok()
+}
+
+fn negative_errno(ruby: &Ruby, errno: i32) -> Value {
+    (-i64::from(errno)).into_value_with(ruby)
+}
+
+fn same(a: Value, b: Value) -> bool {
+    a.as_raw() == b.as_raw()
+}
+
+/// The `IOError` Ruby raises for a closed IO.
+fn closed_stream(ruby: &Ruby) -> Error {
+    Error::new(ruby.exception_io_error(), "closed stream")
+}
+
+fn offset_error(ruby: &Ruby) -> Error {
+    errors::argument(ruby, "offset exceeds the buffer's size".into())
+}
+
 pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
+    ruby.require("socket")?;
+    let _: RClass = ruby.class_object().const_get("BasicSocket")?;
+    Lazy::force(&BASIC_SOCKET, ruby);
+    let has_timeout: bool = ruby
+        .class_io()
+        .funcall("method_defined?", (ruby.to_symbol("timeout"),))?;
+    IO_TIMEOUT.store(has_timeout, Ordering::Relaxed);
+
     let class = evix.define_class("Scheduler", ruby.class_object())?;
     class.define_method("kernel_sleep", method!(kernel_sleep, -1))?;
     class.define_method("block", method!(block, -1))?;
+    class.define_method("io_wait", method!(io_wait, -1))?;
+    class.define_method("io_read", method!(io_read, -1))?;
+    class.define_method("io_write", method!(io_write, -1))?;
+    class.define_private_method("wait_for", method!(wait_for_method, -1))?;
     Ok(())
 }
