@@ -150,7 +150,8 @@ fn io_read(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error
         Direct::Ruby => return rb_self.funcall(*READ_BY_RUBY, args),
     };
     let drained: RArray = rb_self.ivar_get(*DRAINED)?;
-    let mut wait = drained.entry::<Value>(fd as isize)?.to_bool();
+    let waited_first = drained.entry::<Value>(fd as isize)?.to_bool();
+    let mut wait = waited_first;
     let mut total = 0;
     loop {
         if wait {
@@ -190,7 +191,9 @@ fn io_read(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error
             Err(e) => return Ok(negative_errno(ruby, e.raw_os_error().unwrap_or(libc::EIO))),
         }
     }
-    drained.store(fd as isize, wait)?;
+    if wait != waited_first {
+        drained.store(fd as isize, wait)?;
+    }
     Ok(total.into_value_with(ruby))
 }
 
