@@ -21,11 +21,12 @@ use magnus::{
     method,
     prelude::*,
     rb_sys::AsRawValue,
-    value::{Lazy, LazyId},
+    value::{LazyId, Opaque},
     Error, Integer, IntoValue, RArray, RClass, RFile, RHash, RModule, RObject, Ruby, Value,
 };
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 static LOOP: LazyId = LazyId::new("@loop");
 static BLOCKED: LazyId = LazyId::new("@blocked");
@@ -39,12 +40,8 @@ static IS_FILE: LazyId = LazyId::new("file?");
 static ERRNO: LazyId = LazyId::new("errno");
 static CLOSED: LazyId = LazyId::new("closed");
 
-/// `::BasicSocket`, looked up once (`init` requires "socket" first).
-static BASIC_SOCKET: Lazy<RClass> = Lazy::new(|ruby| {
-    ruby.class_object()
-        .const_get("BasicSocket")
-        .expect("socket is required in init")
-});
+/// `::BasicSocket`, looked up once by `init` (which requires "socket").
+static BASIC_SOCKET: OnceLock<Opaque<RClass>> = OnceLock::new();
 
 /// Whether IOs have their own timeout for reads and writes (`IO#timeout`,
 /// Ruby >= 3.2), which the read and write hooks wait with.
@@ -329,8 +326,8 @@ fn keep_others(
 /// The socket, length and offset of an `io_read`/`io_write` call, when the
 /// IO is a socket and both counts are plain Integers.
 fn socket_call(ruby: &Ruby, args: &[Value]) -> Option<(RFile, usize, usize)> {
-    let file =
-        RFile::from_value(args[0]).filter(|_| args[0].is_kind_of(ruby.get_inner(&BASIC_SOCKET)))?;
+    let socket = ruby.get_inner(*BASIC_SOCKET.get()?);
+    let file = RFile::from_value(args[0]).filter(|_| args[0].is_kind_of(socket))?;
     let count = |value: Value| Integer::from_value(value)?.to_usize().ok();
     let offset = args.get(3).map_or(Some(0), |value| count(*value))?;
     Some((file, count(args[2])?, offset))
@@ -389,8 +386,9 @@ fn offset_error(ruby: &Ruby) -> Error {
 
 pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     ruby.require("socket")?;
-    let _: RClass = ruby.class_object().const_get("BasicSocket")?;
-    Lazy::force(&BASIC_SOCKET, ruby);
+    let socket: RClass = ruby.class_object().const_get("BasicSocket")?;
+    ruby.gc_register_mark_object(socket);
+    let _ = BASIC_SOCKET.set(socket.into());
     let has_timeout: bool = ruby
         .class_io()
         .funcall("method_defined?", (ruby.to_symbol("timeout"),))?;
