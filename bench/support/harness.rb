@@ -274,9 +274,17 @@ module Harness
                      rt_sigprocmask sched_yield].freeze
   TRACEFS = "/sys/kernel/tracing/events"
 
-  # Whether `perf stat` can count system calls through tracepoints here.
+  # Whether `perf stat` can count system calls through tracepoints here. On
+  # a fresh machine tracefs is not mounted until something asks for a
+  # tracepoint: one throw-away `perf stat` on one does (as root).
   def perf_syscalls?
-    File.directory?(File.join(TRACEFS, "raw_syscalls", "sys_enter")) && system("perf", "--version", out: File::NULL)
+    return @perf_syscalls unless @perf_syscalls.nil?
+
+    tracepoint = File.join(TRACEFS, "raw_syscalls", "sys_enter")
+    unless File.directory?(tracepoint)
+      system("perf", "stat", "-e", "raw_syscalls:sys_enter", "true", out: File::NULL, err: File::NULL)
+    end
+    @perf_syscalls = File.directory?(tracepoint) && system("perf", "--version", out: File::NULL)
   end
 
   # Counts the system calls of +pid+ (every thread) while +block+ runs, with
