@@ -15,7 +15,7 @@ module Bench
 
     def echo_section
       @results[:echo] = @config.echo_connections.to_h do |connections|
-        [connections, @servers.to_h { |server| [server.name, echo_point(server, connections)] }]
+        [connections, median_of_rounds(@servers.map(&:name), "rps") { |name| echo_point(server(name), connections) }]
       end
       tables = @results[:echo].map do |connections, results|
         "### #{Report.int(connections)} connection#{"s" if connections > 1}\n\n#{throughput_table(results)}"
@@ -28,7 +28,7 @@ module Bench
         "per point. CPU µs/rt is the server's utime + stime (/proc/PID/stat) over the measured window divided " \
         "by the round trips in it. Ratios: throughput / reference (> 1 is faster) and CPU per round trip / " \
         "reference (< 1 is cheaper); the best peer is the Ruby peer with the highest throughput, resp. the " \
-        "lowest CPU per round trip."
+        "lowest CPU per round trip.#{rounds_note}"
     end
 
     def echo_point(server, connections)
@@ -85,13 +85,13 @@ module Bench
     # --- http -------------------------------------------------------------------------------
 
     def http_section
-      results = @servers.to_h { |server| [server.name, http_point(server)] }
+      results = median_of_rounds(@servers.map(&:name), "rps") { |name| http_point(server(name)) }
       @results[:http] = results
       "## HTTP/1.1 keep-alive hello, `wrk -t1 -c#{HTTP_CONNECTIONS}`\n\n" \
         "#{@config.http_seconds} s measured#{" after a 1 s wrk warm-up" unless @config.quick}, a fresh server " \
         "process each; CPU µs per " \
         "request from /proc/PID/stat around the measured run. Every server answers each request (headers up " \
-        "to the blank line) with the same 13-byte body. Columns as above, per request.\n\n" \
+        "to the blank line) with the same 13-byte body. Columns as above, per request.#{rounds_note}\n\n" \
         "#{throughput_table(results, unit: "Requests/s", per: "req")}"
     end
 

@@ -63,8 +63,8 @@ module Bench
 
     def fibers_section
       count = @config.fibers
-      results = FIBER_IMPLS.keys.to_h do |impl|
-        [impl, attempt("fibers #{impl}") { workload("fibers.rb", impl, count, FIBER_SLEEPS) }]
+      results = median_of_rounds(FIBER_IMPLS.keys, "wall_s") do |impl|
+        attempt("fibers #{impl}") { workload("fibers.rb", impl, count, FIBER_SLEEPS) }
       end
       @results[:fibers] = results
       "## #{Report.int(count)} concurrent fibers x #{FIBER_SLEEPS} x `sleep 0.01`\n\n#{fibers_intro}\n\n" \
@@ -76,7 +76,7 @@ module Bench
         "all of them are alive together; then all are resumed and each sleeps #{FIBER_SLEEPS} times 10 ms " \
         "through its library. Spawn: until every fiber is parked. Wall: from the release until the last " \
         "one ends (ideal #{FIBER_SLEEPS * 10} ms). RSS and Ruby objects per fiber: what the process grew by " \
-        "from the start until every fiber was parked, divided by the fibers."
+        "from the start until every fiber was parked, divided by the fibers.#{rounds_note("implementations")}"
     end
 
     def fibers_table(results)

@@ -26,17 +26,21 @@ module Bench
 
   # What to run and how long; EVIX_BENCH_QUICK=1 shrinks every workload.
   Config = Struct.new(:quick, :echo_connections, :warmup, :duration, :http_seconds, :idle_connections,
-                      :syscall_round_trips, :timers, :fibers, :micro_scale, keyword_init: true) do
+                      :syscall_round_trips, :timers, :fibers, :micro_scale, :rounds, keyword_init: true) do
     def self.from_env
       if ENV["EVIX_BENCH_QUICK"] == "1"
         new(quick: true, echo_connections: [1], warmup: 0.1, duration: 0.3, http_seconds: 1,
-            idle_connections: 100, syscall_round_trips: 200, timers: 100, fibers: 100, micro_scale: 0.001)
+            idle_connections: 100, syscall_round_trips: 200, timers: 100, fibers: 100, micro_scale: 0.001,
+            rounds: 1)
       else
         duration = Float(ENV.fetch("EVIX_BENCH_DURATION", "3"))
         connections = ENV.fetch("EVIX_BENCH_CONNECTIONS", "1,10,100,1000").split(",").map { |n| Integer(n) }
+        rounds = Integer(ENV.fetch("EVIX_BENCH_ROUNDS", "3"))
+        raise ArgumentError, "EVIX_BENCH_ROUNDS must be at least 1 (got #{rounds})" unless rounds.positive?
+
         new(quick: false, echo_connections: connections, warmup: 1.0, duration: duration,
             http_seconds: duration.ceil, idle_connections: 10_000, syscall_round_trips: 20_000,
-            timers: 100_000, fibers: 10_000, micro_scale: 1.0)
+            timers: 100_000, fibers: 10_000, micro_scale: 1.0, rounds: rounds)
       end
     end
   end
@@ -124,6 +128,27 @@ module Bench
     rescue Harness::Failure, SystemCallError, JSON::ParserError => e
       warn "bench: #{label}: FAILED: #{e.message}"
       { "error" => e.message.lines.first.to_s.strip[0, 200] }
+    end
+
+    # Measures every name of +names+ (yielded) @config.rounds times, the names
+    # taking turns, and keeps each one's median run by the figure under
+    # +key+, whole (its other columns come from the same run): a burst of
+    # load on the shared machine then spoils one run, not the report. A
+    # failure counts only if every run failed.
+    def median_of_rounds(names, key)
+      rounds = Array.new(@config.rounds) { names.to_h { |name| [name, yield(name)] } }
+      names.to_h do |name|
+        runs = rounds.map { |round| round[name] }
+        ok = runs.reject { |run| run["error"] }.sort_by { |run| run[key] }
+        [name, ok.empty? ? runs.first : ok[ok.size / 2]]
+      end
+    end
+
+    # The sentence saying so, for the intros of the sections that do it.
+    def rounds_note(who = "servers")
+      return "" if @config.rounds == 1
+
+      " Each figure is the median run (by throughput, resp. wall time) of #{@config.rounds}, the #{who} taking turns."
     end
 
     def failed_row(label, result, columns)
