@@ -257,9 +257,14 @@ RSpec.describe "Evix::Loop and threads" do
         ev.add_io(rescue_pipe, Evix::READ) { ev.stop }
         old = trap("INT", "DEFAULT") # Ruby's own handler: raise Interrupt in the main thread
         begin
-          helper_thread do
-            sleep 0.05
-            Process.kill(:INT, Process.pid)
+          # The signal is sent only once run has started: sent from outside,
+          # it could land before (under GC.stress RSpec's first raise_error
+          # loads its matcher for longer than the sleep) and escape the expect.
+          ev.next_tick do
+            helper_thread do
+              sleep 0.05
+              Process.kill(:INT, Process.pid)
+            end
           end
           t0 = now
           expect { ev.run }.to raise_error(Interrupt)
