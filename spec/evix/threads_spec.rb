@@ -140,7 +140,7 @@ RSpec.describe "Evix::Loop and threads" do
         4.times { started.pop }
         ev.run_once(0.02)
         ev.close
-        racers.each { |racer| expect(racer.join(2)).to equal(racer) }
+        racers.each { |racer| expect(racer.join(30)).to equal(racer) } # returns as soon as each ends
         results = Array.new(4) { outcomes.pop }
         expect(results.map(&:first)).to all(eq(:closed)), results.inspect
         expect(ev.wakeup).to be_nil
