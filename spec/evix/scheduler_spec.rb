@@ -720,6 +720,21 @@ RSpec.describe Evix::Scheduler do
       expect(took).to be_between(0.045, 0.4)
     end
 
+    # Another thread closing the IO between a fiber's read and its wait
+    # reaches io_wait with a closed IO; Ruby code rescues IOError there.
+    it "io_wait raises IOError for an IO closed before the wait, and keeps no waiter for it" do
+      r, = pipe
+      r2, w2 = pipe
+      r.close
+      result = Evix.run do
+        scheduler = Fiber.scheduler
+        expect { scheduler.io_wait(r, IO::READABLE, 1) }
+          .to raise_error(IOError, "stream closed in another fiber or thread")
+        [scheduler.instance_variable_get(:@io_waiters), w2.write("x"), r2.wait_readable(1)]
+      end
+      expect(result).to eq([{}, 1, r2])
+    end
+
     it "io_wait reports a regular file ready at once, as Ruby does without a scheduler (epoll cannot watch files)" do
       File.open(__FILE__) do |file|
         expect(file.wait_readable(1)).to equal(file) # no scheduler: ready

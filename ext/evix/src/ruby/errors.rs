@@ -22,6 +22,11 @@ pub fn closed(ruby: &Ruby, what: &str) -> Error {
     Error::new(evix_class(ruby, "ClosedError"), format!("{what} is closed"))
 }
 
+/// Whether `error` is an `Evix::ClosedError`.
+pub fn is_closed(ruby: &Ruby, error: &Error) -> bool {
+    error.is_kind_of(evix_class(ruby, "ClosedError"))
+}
+
 pub fn argument(ruby: &Ruby, msg: String) -> Error {
     Error::new(ruby.exception_arg_error(), msg)
 }

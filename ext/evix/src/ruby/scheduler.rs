@@ -39,6 +39,7 @@ static STAT: LazyId = LazyId::new("stat");
 static IS_FILE: LazyId = LazyId::new("file?");
 static ERRNO: LazyId = LazyId::new("errno");
 static CLOSED: LazyId = LazyId::new("closed");
+static IS_CLOSED: LazyId = LazyId::new("closed?");
 
 /// `::BasicSocket`, looked up once by `init` (which requires "socket").
 static BASIC_SOCKET: OnceLock<Opaque<RClass>> = OnceLock::new();
@@ -285,14 +286,31 @@ fn wait_for(
     if !same(left, fiber) {
         keep_others(ruby, waiters, io, fiber, left)?;
     }
-    let ready = ready?;
+    let ready = ready.map_err(|error| closed_before_wait(ruby, io, error))?;
     if same(ready, CLOSED.into_value_with(ruby)) {
-        return Err(Error::new(
-            ruby.exception_io_error(),
-            "stream closed in another fiber or thread",
-        ));
+        return Err(closed_meanwhile(ruby));
     }
     Ok((!ready.is_nil()).then_some(ready))
+}
+
+/// The IOError of an IO closed while a fiber waits on it.
+fn closed_meanwhile(ruby: &Ruby) -> Error {
+    Error::new(
+        ruby.exception_io_error(),
+        "stream closed in another fiber or thread",
+    )
+}
+
+/// `Loop#wait_io` raises Evix::ClosedError for an IO that another thread
+/// closed after the caller's read found nothing but before the wait began;
+/// Ruby code expects the IOError of an IO closed meanwhile.
+fn closed_before_wait(ruby: &Ruby, io: Value, error: Error) -> Error {
+    let io_closed = || io.funcall::<_, _, bool>(*IS_CLOSED, ()).unwrap_or(false);
+    if errors::is_closed(ruby, &error) && io_closed() {
+        closed_meanwhile(ruby)
+    } else {
+        error
+    }
 }
 
 /// Puts back the fibers other than `fiber` that `@io_waiters` held for `io`.
