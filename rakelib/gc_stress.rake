@@ -10,8 +10,9 @@ require "rbconfig"
 #     allocation. Old wb_protected objects (timers, watchers) are then
 #     re-marked only through write barriers, and the loop (not wb_protected)
 #     only through its mark function, so a missing barrier or mark frees a
-#     live block at once. About 8 minutes on a 2-core VM
-#     (629 examples).
+#     live block at once. Examples tagged `timing: true` (their assertions
+#     depend on elapsed time) are left out: ~500 examples, 5-10 minutes on a
+#     2-core VM.
 #   EVIX_GC_STRESS=full: a full GC at every allocation; about 100 times slower,
 #     so only for the small set EVIX_GC_STRESS_FILES names.
 #

@@ -128,6 +128,10 @@ module EvixSpecHelpers
   end
 end
 
+# Tag `timing: true` an example whose assertions depend on elapsed time (a
+# bound on a duration, an order set by sleeps or timers of different lengths,
+# a limit of a few seconds on work that GC.stress slows down): rake
+# spec:gc_stress leaves it out (spec/reliability/support/gc_stress.rb).
 RSpec.configure do |config|
   config.expect_with :rspec do |expectations|
     expectations.syntax = :expect

@@ -231,7 +231,7 @@ RSpec.describe Evix::IO do
       expect(peer.read_nonblock(100)).to eq("h\u00e9llo42".b)
     end
 
-    it "writes several MB to a slow reader, waiting whenever the kernel buffer is full" do
+    it "writes several MB to a slow reader, waiting whenever the kernel buffer is full", timing: true do
       data = Random.new(7).bytes(6 * 1024 * 1024)
       received = String.new(encoding: Encoding::BINARY)
       reader = helper_thread do
@@ -335,7 +335,7 @@ RSpec.describe Evix::IO do
   end
 
   describe "a reader fiber and a writer fiber on the same socket" do
-    it "both make progress while both are suspended" do
+    it "both make progress while both are suspended", timing: true do
       big = Random.new(1).bytes(4 * 1024 * 1024)
       other = ev.wrap(peer)
       log = []
@@ -422,7 +422,7 @@ RSpec.describe Evix::IO do
   end
 
   describe "timeouts" do
-    it "raises Evix::TimeoutError after the per-IO timeout, and the loop keeps working" do
+    it "raises Evix::TimeoutError after the per-IO timeout, and the loop keeps working", timing: true do
       io.timeout = 0.1
       outcome = nil
       took = nil
@@ -443,14 +443,15 @@ RSpec.describe Evix::IO do
       expect(took).to be < 0.6
     end
 
-    it "takes the timeout from Evix::Loop#wrap(io, timeout:)" do
+    it "takes the timeout from Evix::Loop#wrap(io, timeout:)", timing: true do
       wrapped = ev.wrap(pair[0], timeout: 0.05)
       took = elapsed { expect { in_task { wrapped.gets } }.to raise_error(Evix::TimeoutError) }
       expect(took).to be >= 0.045
       expect(took).to be < 0.5
     end
 
-    it "lets a per-call timeout: override the per-IO one for read, read_exactly, gets and wait_readable" do
+    it "lets a per-call timeout: override the per-IO one for read, read_exactly, gets and wait_readable",
+       timing: true do
       io.timeout = 10
       %i[read read_exactly gets wait_readable].each do |name|
         took = elapsed do
@@ -468,7 +469,7 @@ RSpec.describe Evix::IO do
       end
     end
 
-    it "raises Evix::TimeoutError from a write that cannot finish in time" do
+    it "raises Evix::TimeoutError from a write that cannot finish in time", timing: true do
       fill_up(pair[0])
       took = elapsed { expect { in_task { io.write("x" * 100_000, timeout: 0.1) } }.to raise_error(Evix::TimeoutError) }
       expect(took).to be >= 0.09
@@ -488,7 +489,7 @@ RSpec.describe Evix::IO do
       expect(ev.stats).to include(watchers: 0, timers: 0)
     end
 
-    it "does not time out when data arrives in time" do
+    it "does not time out when data arrives in time", timing: true do
       io.timeout = 0.5
       reader = ev.spawn { io.read }
       ev.spawn do
@@ -501,7 +502,7 @@ RSpec.describe Evix::IO do
   end
 
   describe "#close" do
-    it "wakes a fiber waiting to read with Evix::ClosedError" do
+    it "wakes a fiber waiting to read with Evix::ClosedError", timing: true do
       outcome = nil
       ev.spawn do
         io.read
@@ -519,7 +520,7 @@ RSpec.describe Evix::IO do
       expect(pair[0].closed?).to be(true)
     end
 
-    it "wakes a fiber waiting to write with Evix::ClosedError" do
+    it "wakes a fiber waiting to write with Evix::ClosedError", timing: true do
       fill_up(pair[0])
       outcome = nil
       ev.spawn do

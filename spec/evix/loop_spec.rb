@@ -224,7 +224,7 @@ RSpec.describe Evix::Loop do
         expect(ev.stats[:timers]).to eq(0)
       end
 
-      it "loses nothing when add_io fails" do
+      it "loses nothing when add_io fails", timing: true do
         r, w = pipe
         got = []
         watcher = ev.add_io(r, Evix::READ) do |events|

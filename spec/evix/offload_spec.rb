@@ -42,7 +42,7 @@ RSpec.describe Evix::Offload do
   end
 
   describe "Evix.offload" do
-    it "returns the block's value to the calling fiber while other fibers keep running" do
+    it "returns the block's value to the calling fiber while other fibers keep running", timing: true do
       ticks = 0
       done = false
       value = nil
@@ -73,7 +73,7 @@ RSpec.describe Evix::Offload do
       expect(caller_thread).to equal(Thread.current)
     end
 
-    it "wakes an otherwise idle loop promptly when the result arrives" do
+    it "wakes an otherwise idle loop promptly when the result arrives", timing: true do
       took = elapsed { Evix.run { Evix.offload { sleep 0.1 } } }
       expect(took).to be_between(0.09, 0.5) # the scheduler's idle poll is 1 s
     end
@@ -116,7 +116,7 @@ RSpec.describe Evix::Offload do
       expect(error.message).to match(/block/)
     end
 
-    it "keeps waiting correctly when Timeout.timeout interrupts the caller first" do
+    it "keeps waiting correctly when Timeout.timeout interrupts the caller first", timing: true do
       result = Evix.run do
         error = begin
           Timeout.timeout(0.05) { Evix.offload { sleep 0.15 } }
@@ -149,7 +149,7 @@ RSpec.describe Evix::Offload do
       expect(result).to eq(Array.new(10) { |i| [i, i * 10] }.to_h)
     end
 
-    it "runs offloaded jobs in parallel while the pool has room, even when a thread is idle" do
+    it "runs offloaded jobs in parallel while the pool has room, even when a thread is idle", timing: true do
       result = in_child do
         Evix.run { Evix.offload { :warm } } # an idle pool thread
         lock = Mutex.new
@@ -174,7 +174,7 @@ RSpec.describe Evix::Offload do
       expect(Evix.run { Fiber.scheduler.loop.offload { 1 + 1 } }).to eq(2)
     end
 
-    it "returns the value to an Evix::Task while the loop runs other tasks" do
+    it "returns the value to an Evix::Task while the loop runs other tasks", timing: true do
       evloop = new_loop
       ticks = 0
       value = nil
@@ -233,7 +233,7 @@ RSpec.describe Evix::Offload do
   describe "#submit" do
     let(:evloop) { new_loop }
 
-    it "runs at most size jobs at once, on at most size threads" do
+    it "runs at most size jobs at once, on at most size threads", timing: true do
       pool = described_class.new(size: 2)
       lock = Mutex.new
       running = 0
@@ -262,7 +262,7 @@ RSpec.describe Evix::Offload do
       expect(took).to be_between(0.12, 0.5) # 6 jobs of 0.05 s, 2 at a time
     end
 
-    it "calls each callback on the loop's thread" do
+    it "calls each callback on the loop's thread", timing: true do
       pool = described_class.new(size: 2)
       seen = []
       3.times { |i| pool.submit(evloop, -> { i }) { |_value, _error| seen << Thread.current } }
@@ -271,7 +271,7 @@ RSpec.describe Evix::Offload do
       expect(seen).to all(equal(Thread.current))
     end
 
-    it "hands each job's result to that job's callback, also when jobs queue behind one thread" do
+    it "hands each job's result to that job's callback, also when jobs queue behind one thread", timing: true do
       pool = described_class.new(size: 1)
       results = {}
       5.times do |i|
@@ -286,7 +286,7 @@ RSpec.describe Evix::Offload do
       expect(results).to eq(Array.new(5) { |i| [i, [i * 100]] }.to_h)
     end
 
-    it "calls back with [nil, error] when the job raises" do
+    it "calls back with [nil, error] when the job raises", timing: true do
       pool = described_class.new(size: 1)
       outcome = nil
       pool.submit(evloop, -> { raise EvixSpecError, "job" }) { |value, error| outcome = [value, error] }
@@ -297,7 +297,7 @@ RSpec.describe Evix::Offload do
       expect(outcome[1].message).to eq("job")
     end
 
-    it "keeps working for other loops after a job's loop was closed" do
+    it "keeps working for other loops after a job's loop was closed", timing: true do
       pool = described_class.new(size: 1)
       gone = Evix::Loop.new
       pool.submit(gone, lambda {

@@ -142,7 +142,7 @@ RSpec.describe "Evix.run" do
 
     it "lets an exception raised into its thread (Timeout, Thread#raise) out while fibers still wait" do
       result = in_child do
-        r, = IO.pipe
+        r, _w = IO.pipe # _w keeps the write end referenced: a collected one closes, and the read sees EOF
         main = Thread.current
         Thread.new do
           sleep 0.1
@@ -241,7 +241,7 @@ RSpec.describe "Evix.run" do
       expect(seen).to eq([false, true, false])
     end
 
-    it "keeps the other fibers running while the inner block waits" do
+    it "keeps the other fibers running while the inner block waits", timing: true do
       ticks = 0
       done = false
       inner = Evix.run do
@@ -331,7 +331,7 @@ RSpec.describe "Evix.run" do
       expect(fd_count).to eq(before)
     end
 
-    it "runs in two threads at once, each on its own scheduler and loop" do
+    it "runs in two threads at once, each on its own scheduler and loop", timing: true do
       ready = Thread::Queue.new
       go = Thread::Queue.new
       threads = Array.new(2) do

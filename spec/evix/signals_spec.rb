@@ -35,7 +35,7 @@ RSpec.describe "Evix::Loop#add_signal and #remove_signal" do
     ev.add_timer(seconds) { ev.stop }
   end
 
-  it "runs the block on the loop thread, in normal context, with the signal number" do
+  it "runs the block on the loop thread, in normal context, with the signal number", timing: true do
     got = []
     threads = []
     trap_context = nil
@@ -99,7 +99,7 @@ RSpec.describe "Evix::Loop#add_signal and #remove_signal" do
     expect(runs).to be_between(1, 3)
   end
 
-  it "does not keep run alive: the signal watcher is unref'd" do
+  it "does not keep run alive: the signal watcher is unref'd", timing: true do
     ev.add_signal(:USR1) {}
     expect(elapsed { ev.run }).to be < 0.5
     expect(ev.alive?).to be(false)
@@ -130,7 +130,7 @@ RSpec.describe "Evix::Loop#add_signal and #remove_signal" do
       expect(Signal.trap(:WINCH, "DEFAULT")).to eq(baseline)
     end
 
-    it "restores the original handler when add_signal was called twice for one signal" do
+    it "restores the original handler when add_signal was called twice for one signal", timing: true do
       hits = []
       previous = proc { hits << :previous }
       Signal.trap(:USR1, previous)
@@ -172,7 +172,7 @@ RSpec.describe "Evix::Loop#add_signal and #remove_signal" do
     expect(Signal.trap(:USR2, previous)).to equal(previous)
   end
 
-  it "survives a flood of 10,000 signals from another thread and runs the block after the last one" do
+  it "survives a flood of 10,000 signals from another thread and runs the block after the last one", timing: true do
     runs = 0
     last_run = nil
     state = { last_sent_at: nil, marker: false }
@@ -202,7 +202,7 @@ RSpec.describe "Evix::Loop#add_signal and #remove_signal" do
     expect(last_run).to be > state[:last_sent_at]
   end
 
-  it "propagates an exception raised in the block out of run, and the loop keeps working" do
+  it "propagates an exception raised in the block out of run, and the loop keeps working", timing: true do
     error = EvixSpecError.new("from the signal block")
     line = nil
     ev.add_signal(:USR1) do

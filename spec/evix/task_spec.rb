@@ -30,7 +30,7 @@ RSpec.describe Evix::Task do
       expect(described_class.current).to be_nil
     end
 
-    it "starts tasks in the order they were spawned and interleaves them at waits" do
+    it "starts tasks in the order they were spawned and interleaves them at waits", timing: true do
       log = []
       ev.spawn do
         log << :a1
@@ -178,7 +178,7 @@ RSpec.describe Evix::Task do
       expect(Evix::CancelledError.ancestors).to include(Evix::Error)
     end
 
-    it "raises Evix::CancelledError in a sleeping task and runs its ensure blocks" do
+    it "raises Evix::CancelledError in a sleeping task and runs its ensure blocks", timing: true do
       log = []
       task = ev.spawn do
         log << :started
@@ -201,7 +201,7 @@ RSpec.describe Evix::Task do
       expect(ev.stats[:timers]).to eq(0)
     end
 
-    it "cancels a suspended task from outside run" do
+    it "cancels a suspended task from outside run", timing: true do
       ensured = false
       task = ev.spawn do
         ev.sleep(5)
@@ -240,7 +240,7 @@ RSpec.describe Evix::Task do
       expect(r.read_nonblock(100)).to eq("late data")
     end
 
-    it "cancels a task that waits on another task; the other one finishing later does not disturb it" do
+    it "cancels a task that waits on another task; the other one finishing later does not disturb it", timing: true do
       slow = ev.spawn do
         ev.sleep(0.05)
         :slow
@@ -266,7 +266,7 @@ RSpec.describe Evix::Task do
       expect { task.wait }.to raise_error(Evix::CancelledError)
     end
 
-    it "wakes a task waiting on the cancelled task with Evix::CancelledError" do
+    it "wakes a task waiting on the cancelled task with Evix::CancelledError", timing: true do
       sleeper = ev.spawn { ev.sleep(5) }
       outcome = nil
       ev.spawn do
@@ -320,7 +320,7 @@ RSpec.describe Evix::Task do
   end
 
   describe "Evix::Loop#sleep" do
-    it "suspends the calling task for about the given time" do
+    it "suspends the calling task for about the given time", timing: true do
       took = nil
       ev.spawn { took = elapsed { expect(ev.sleep(0.05)).to be_nil } }
       ev.run
@@ -328,7 +328,7 @@ RSpec.describe Evix::Task do
       expect(took).to be < 0.5
     end
 
-    it "lets many tasks sleep at the same time" do
+    it "lets many tasks sleep at the same time", timing: true do
       done = 0
       took = elapsed do
         50.times do

@@ -61,7 +61,8 @@ RSpec.describe Evix::TCPClient do
     expect(fd_count).to eq(before)
   end
 
-  it "raises Evix::TimeoutError within the timeout when the peer never answers, and leaks no descriptor" do
+  it "raises Evix::TimeoutError within the timeout when the peer never answers, and leaks no descriptor",
+     timing: true do
     listener = plain_listener(0)
     address = listener.local_address
     # Fill the accept queue without accepting: Linux then drops new SYNs.
@@ -107,7 +108,7 @@ RSpec.describe Evix::TCPClient do
     expect(ticks).to eq(20)
   end
 
-  it "resolves \"localhost\" and lets other tasks run meanwhile" do
+  it "resolves \"localhost\" and lets other tasks run meanwhile", timing: true do
     listener = plain_listener
     echo_one_line(listener)
     ticks = 0

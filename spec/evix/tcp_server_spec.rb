@@ -126,7 +126,7 @@ RSpec.describe Evix::TCPServer do
       run_until { server.connections.zero? }
     end
 
-    it "echoes 1 MiB to a slow reader, holding at most 256 KiB at a time, every byte intact" do
+    it "echoes 1 MiB to a slow reader, holding at most 256 KiB at a time, every byte intact", timing: true do
       max_held = 0
       done = false
       server = server_on do |client|
@@ -162,7 +162,7 @@ RSpec.describe Evix::TCPServer do
       expect(Digest::SHA256.hexdigest(received)).to eq(Digest::SHA256.hexdigest(payload))
     end
 
-    it "runs one task per connection so a slow connection does not hold up the others" do
+    it "runs one task per connection so a slow connection does not hold up the others", timing: true do
       server = server_on do |client|
         line = client.gets
         ev.sleep(0.3) if line.start_with?("slow")
@@ -206,7 +206,7 @@ RSpec.describe Evix::TCPServer do
       [results, max_open]
     end
 
-    it "echoes every byte for 1,000 concurrent TCPClient connections in one process" do
+    it "echoes every byte for 1,000 concurrent TCPClient connections in one process", timing: true do
       server = echo_server
       results, max_open = thousand_clients(server) do
         Evix::TCPClient.connect(ev, "127.0.0.1", server.port, timeout: 5)
@@ -216,7 +216,7 @@ RSpec.describe Evix::TCPServer do
       run_until { server.connections.zero? }
     end
 
-    it "echoes every byte for 1,000 concurrent connections made with plain non-blocking connects" do
+    it "echoes every byte for 1,000 concurrent connections made with plain non-blocking connects", timing: true do
       server = echo_server
       address = Addrinfo.tcp("127.0.0.1", server.port)
       results, max_open = thousand_clients(server) do
@@ -274,7 +274,7 @@ RSpec.describe Evix::TCPServer do
       end
     end
 
-    it "lets a reading client get every byte and cuts a client that never reads at the deadline" do
+    it "lets a reading client get every byte and cuts a client that never reads at the deadline", timing: true do
       server = sending_server
       reading = plain_client(server.port, rcvbuf: 8192)
       stuck = plain_client(server.port, rcvbuf: 8192)
@@ -296,7 +296,7 @@ RSpec.describe Evix::TCPServer do
       expect(server.closed?).to be(true)
     end
 
-    it "works from inside a task too" do
+    it "works from inside a task too", timing: true do
       server = sending_server
       stuck = plain_client(server.port, rcvbuf: 8192)
       run_until { server.connections == 1 }
@@ -306,7 +306,7 @@ RSpec.describe Evix::TCPServer do
       run_until { eof?(stuck) }
     end
 
-    it "returns 0 quickly when connections are only waiting to read, and their clients see EOF" do
+    it "returns 0 quickly when connections are only waiting to read, and their clients see EOF", timing: true do
       server = echo_server
       client = plain_client(server.port)
       expect(round_trip(client, "x")).to eq("x")
@@ -320,7 +320,7 @@ RSpec.describe Evix::TCPServer do
   end
 
   describe "idle_timeout" do
-    it "closes a connection with no input for that long, but not one that keeps talking" do
+    it "closes a connection with no input for that long, but not one that keeps talking", timing: true do
       server = echo_server(idle_timeout: 0.2)
       t0 = now
       quiet = plain_client(server.port)
@@ -503,7 +503,7 @@ RSpec.describe Evix::TCPServer do
   end
 
   describe "out of descriptors (EMFILE on accept)" do
-    it "backs off without spinning and serves again once descriptors are free" do
+    it "backs off without spinning and serves again once descriptors are free", timing: true do
       result_r, result_w = pipe
       control_r, control_w = pipe
       pid = fork do

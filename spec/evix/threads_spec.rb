@@ -91,7 +91,7 @@ RSpec.describe "Evix::Loop and threads" do
     describe "backend #{backend}" do
       let!(:ev) { new_loop(backend) }
 
-      it "runs every block posted by 4 threads x 2000 exactly once, in per-thread order" do
+      it "runs every block posted by 4 threads x 2000 exactly once, in per-thread order", timing: true do
         threads = 4
         per_thread = 2000
         results = Array.new(threads) { [] }
@@ -147,7 +147,7 @@ RSpec.describe "Evix::Loop and threads" do
         GC.start
       end
 
-      it "releases the GVL while blocked so other threads run" do
+      it "releases the GVL while blocked so other threads run", timing: true do
         ev.add_io(rescue_pipe, Evix::READ) {}
         counter = 0
         spinner = helper_thread do
@@ -163,7 +163,7 @@ RSpec.describe "Evix::Loop and threads" do
         expect(counter - before).to be > 10
       end
 
-      it "is interrupted promptly by Thread#raise and surfaces the exception" do
+      it "is interrupted promptly by Thread#raise and surfaces the exception", timing: true do
         ready = Queue.new
         state = {}
         thread = thread_blocked_in_run(backend, ready, state)
@@ -178,7 +178,7 @@ RSpec.describe "Evix::Loop and threads" do
         expect(state[:cleaned_up]).to be(true)
       end
 
-      it "is ended promptly by Thread#kill" do
+      it "is ended promptly by Thread#kill", timing: true do
         ready = Queue.new
         state = {}
         thread = thread_blocked_in_run(backend, ready, state)
@@ -192,7 +192,7 @@ RSpec.describe "Evix::Loop and threads" do
         expect(state[:cleaned_up]).to be(true)
       end
 
-      it "runs a trap handler that stops the loop while the main thread is blocked in run" do
+      it "runs a trap handler that stops the loop while the main thread is blocked in run", timing: true do
         ev.add_io(rescue_pipe, Evix::READ) { ev.stop }
         trapped = false
         old = trap("USR1") do
@@ -212,7 +212,7 @@ RSpec.describe "Evix::Loop and threads" do
         end
       end
 
-      it "runs a block posted from a trap handler while the main thread is blocked in run" do
+      it "runs a block posted from a trap handler while the main thread is blocked in run", timing: true do
         ev.add_io(rescue_pipe, Evix::READ) { ev.stop }
         stopped_by_post = false
         old = trap("USR1") do
@@ -234,7 +234,7 @@ RSpec.describe "Evix::Loop and threads" do
         end
       end
 
-      it "keeps running after a trap handler that does not stop it (EINTR is not an error)" do
+      it "keeps running after a trap handler that does not stop it (EINTR is not an error)", timing: true do
         trapped = 0
         old = trap("USR1") { trapped += 1 }
         begin
@@ -253,7 +253,7 @@ RSpec.describe "Evix::Loop and threads" do
         end
       end
 
-      it "raises Interrupt promptly on SIGINT (Ctrl-C) while blocked in run" do
+      it "raises Interrupt promptly on SIGINT (Ctrl-C) while blocked in run", timing: true do
         ev.add_io(rescue_pipe, Evix::READ) { ev.stop }
         old = trap("INT", "DEFAULT") # Ruby's own handler: raise Interrupt in the main thread
         begin
@@ -274,7 +274,7 @@ RSpec.describe "Evix::Loop and threads" do
         end
       end
 
-      it "lets Timeout.timeout interrupt a run blocked on a watcher that never fires" do
+      it "lets Timeout.timeout interrupt a run blocked on a watcher that never fires", timing: true do
         ev.add_io(rescue_pipe, Evix::READ) { ev.stop }
         t0 = now
         expect { Timeout.timeout(0.2) { ev.run } }.to raise_error(Timeout::Error)

@@ -54,7 +54,7 @@ RSpec.describe Evix::Timer do
           expect(log).to eq([:first])
         end
 
-        it "stops a repeating timer from inside its block" do
+        it "stops a repeating timer from inside its block", timing: true do
           count = 0
           timer = ev.add_timer(0, repeat: 0.005) do
             count += 1
@@ -104,7 +104,7 @@ RSpec.describe Evix::Timer do
           expect(timer.ref?).to be(true)
         end
 
-        it "lets run return while only an unref'd timer is pending" do
+        it "lets run return while only an unref'd timer is pending", timing: true do
           ran = false
           ev.add_timer(2) { ran = true }.unref
           expect(elapsed { ev.run }).to be < 0.5
@@ -122,7 +122,7 @@ RSpec.describe Evix::Timer do
           expect(now - started).to be >= 0.029
         end
 
-        it "keeps the unref'd state across again" do
+        it "keeps the unref'd state across again", timing: true do
           timer = ev.add_timer(0) {}.unref
           timer.again(2)
           expect(timer.ref?).to be(false)
@@ -146,7 +146,7 @@ RSpec.describe Evix::Timer do
           expect(timer.again(2)).to equal(timer)
         end
 
-        it "postpones a pending timer" do
+        it "postpones a pending timer", timing: true do
           fired_at = nil
           t0 = now
           timer = ev.add_timer(0.01) { fired_at = now }
@@ -156,7 +156,7 @@ RSpec.describe Evix::Timer do
           expect(fired_at - t0).to be < 0.6
         end
 
-        it "brings a pending timer forward" do
+        it "brings a pending timer forward", timing: true do
           fired_at = nil
           t0 = now
           timer = ev.add_timer(3) { fired_at = now }
@@ -165,7 +165,7 @@ RSpec.describe Evix::Timer do
           expect(fired_at - t0).to be < 0.5
         end
 
-        it "reuses the last delay when called without one" do
+        it "reuses the last delay when called without one", timing: true do
           fired_at = nil
           timer = ev.add_timer(0.06) { fired_at = now }
           ev.run

@@ -18,7 +18,7 @@ RSpec.describe "Evix::Loop#wait_io, #suspend and #release_io" do
     expect(ev.stats[:watchers]).to eq(0)
   end
 
-  it "returns nil when the timeout passes first and leaves no timer behind" do
+  it "returns nil when the timeout passes first and leaves no timer behind", timing: true do
     r, = pipe
     took = elapsed { expect(in_task { ev.wait_io(r, Evix::READ, 0.05) }).to be_nil }
     expect(took).to be_between(0.04, 1)
@@ -92,7 +92,7 @@ RSpec.describe "Evix::Loop#wait_io, #suspend and #release_io" do
     expect(ev.stats[:watchers]).to eq(0)
   end
 
-  it "suspend returns what resumed the fiber, or nil after the timeout, and leaves no timer" do
+  it "suspend returns what resumed the fiber, or nil after the timeout, and leaves no timer", timing: true do
     got = []
     task = ev.spawn do
       got << ev.suspend

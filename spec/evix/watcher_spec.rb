@@ -14,7 +14,7 @@ RSpec.describe Evix::Watcher do
       let!(:ev) { new_loop(backend) }
 
       describe "#cancel" do
-        it "stops further callbacks and returns nil" do
+        it "stops further callbacks and returns nil", timing: true do
           r, w = pipe
           w.write("x") # never read: the watcher would fire every iteration
           calls = 0
@@ -47,7 +47,7 @@ RSpec.describe Evix::Watcher do
           expect(calls).to eq(1)
         end
 
-        it "is fine after the user closed the fd" do
+        it "is fine after the user closed the fd", timing: true do
           r, w = pipe
           watcher = ev.add_io(r, Evix::READ) {}
           ev.run_once(0)
@@ -137,7 +137,7 @@ RSpec.describe Evix::Watcher do
           expect(watcher.ref?).to be(true)
         end
 
-        it "lets run return while only an unref'd watcher is registered" do
+        it "lets run return while only an unref'd watcher is registered", timing: true do
           r, = pipe
           ev.add_io(r, Evix::READ) {}.unref
           expect(elapsed { ev.run }).to be < 0.5

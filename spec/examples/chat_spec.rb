@@ -108,7 +108,7 @@ RSpec.describe "evix chat (examples/chat.rb)" do
     end
   end
 
-  it "kicks a client that sends nothing for --idle seconds and tells the room" do
+  it "kicks a client that sends nothing for --idle seconds and tells the room", timing: true do
     with_chat("--idle", "0.3") do |server|
       idler, = join(server)
       started = LineSocket.now

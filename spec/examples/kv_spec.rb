@@ -66,7 +66,7 @@ RSpec.describe "evix kv (examples/kv.rb)" do
     expect(kv("TTL key")).to eq("-1")
   end
 
-  it "answers TTL with -2 without key, -1 without expiry, else the seconds left rounded up" do
+  it "answers TTL with -2 without key, -1 without expiry, else the seconds left rounded up", timing: true do
     expect(kv("TTL key")).to eq("-2")
     expect(kv("EXPIRE key 10")).to eq("0") # no key: nothing to expire
     expect(kv("TTL key")).to eq("-2")
@@ -78,7 +78,7 @@ RSpec.describe "evix kv (examples/kv.rb)" do
     expect(kv("TTL key")).to eq("1")
   end
 
-  it "removes a key when its expiry passes" do
+  it "removes a key when its expiry passes", timing: true do
     expect(kv("SET key value")).to eq("OK")
     expect(kv("EXPIRE key 0.2")).to eq("1")
     expect(kv("GET key")).to eq("value")
@@ -94,7 +94,7 @@ RSpec.describe "evix kv (examples/kv.rb)" do
     expect(kv("GET key")).to eq("(nil)")
   end
 
-  it "cancels the expiry on DEL: a key set again afterwards stays" do
+  it "cancels the expiry on DEL: a key set again afterwards stays", timing: true do
     expect(kv("SET key old")).to eq("OK")
     expect(kv("EXPIRE key 0.2")).to eq("1")
     expect(kv("DEL key")).to eq("1")
@@ -113,7 +113,7 @@ RSpec.describe "evix kv (examples/kv.rb)" do
     expect(kv("GET key")).to eq("new")
   end
 
-  it "keeps only the latest EXPIRE's timer" do
+  it "keeps only the latest EXPIRE's timer", timing: true do
     expect(kv("SET key value")).to eq("OK")
     expect(kv("EXPIRE key 0.2")).to eq("1")
     expect(kv("EXPIRE key 10")).to eq("1")

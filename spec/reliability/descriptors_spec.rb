@@ -151,7 +151,7 @@ RSpec.describe "Reliability: descriptor hygiene" do
       nil until socket.write_nonblock(chunk, exception: false) == :wait_writable
     end
 
-    it "Evix::IO closed from another task: a reader and a writer get Evix::ClosedError" do
+    it "Evix::IO closed from another task: a reader and a writer get Evix::ClosedError", timing: true do
       a, b = socket_pair
       fill_up(a)
       io = ev.wrap(a)
@@ -178,7 +178,7 @@ RSpec.describe "Reliability: descriptor hygiene" do
       expect(b.read_nonblock(10)).to eq("x" * 10) # the peer is still fine
     end
 
-    it "Evix::IO closed from another thread: the waiting reader gets Evix::ClosedError" do
+    it "Evix::IO closed from another thread: the waiting reader gets Evix::ClosedError", timing: true do
       a, = socket_pair
       io = ev.wrap(a)
       outcome = nil

@@ -24,7 +24,7 @@ RSpec.describe "Reliability: peers that misbehave" do
   end
 
   describe "a client that connects and never sends" do
-    it "is closed by idle_timeout, without an error report, and the server goes on" do
+    it "is closed by idle_timeout, without an error report, and the server goes on", timing: true do
       server = server_on(idle_timeout: 0.2) do |client|
         while (line = client.gets)
           client.write(line)
@@ -67,7 +67,7 @@ RSpec.describe "Reliability: peers that misbehave" do
       [server, progress]
     end
 
-    it "is cut at the Evix::IO write timeout, with bounded memory" do
+    it "is cut at the Evix::IO write timeout, with bounded memory", timing: true do
       GC.start
       rss0 = rss_kib
       server, progress = writing_server(timeout: 0.3)
@@ -84,7 +84,7 @@ RSpec.describe "Reliability: peers that misbehave" do
       expect(received.delete("z")).to eq("")
     end
 
-    it "is cut at shutdown's deadline when there is no write timeout" do
+    it "is cut at shutdown's deadline when there is no write timeout", timing: true do
       server, progress = writing_server(timeout: nil)
       tcp_client(server.port, rcvbuf: 16 * 1024)
       run_until(ev) { server.connections == 1 }
@@ -209,7 +209,7 @@ RSpec.describe "Reliability: peers that misbehave" do
 
   describe "1 MB of input with no newline to gets with a limit" do
     [[4096], ["\n", 4096], [1000]].each do |args|
-      it "returns limit-sized chunks (gets(#{args.map(&:inspect).join(", ")})) and holds little" do
+      it "returns limit-sized chunks (gets(#{args.map(&:inspect).join(", ")})) and holds little", timing: true do
         limit = args.last
         sizes = []
         max_held = 0

@@ -5,7 +5,7 @@ require_relative "support/reliability_helpers"
 
 RSpec.describe "Reliability: signals and threads" do
   describe "10,000 SIGUSR1s sent to a process running a loop with add_signal" do
-    it "runs the block, survives, and the loop still serves a TCP round trip" do
+    it "runs the block, survives, and the loop still serves a TCP round trip", timing: true do
       pid, reports = fork_child do |report|
         child_loop = Evix::Loop.new
         seen = 0

@@ -24,7 +24,7 @@ RSpec.shared_examples "an evix loop" do |backend|
     expect(ev.closed?).to be(false)
   end
 
-  it "returns from run at once when nothing is pending" do
+  it "returns from run at once when nothing is pending", timing: true do
     expect(elapsed { ev.run }).to be < 0.5
   end
 
@@ -55,7 +55,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(log).to eq([1, 2, 3])
     end
 
-    it "does not hang run_once on a self-requeueing next_tick" do
+    it "does not hang run_once on a self-requeueing next_tick", timing: true do
       count = 0
       tick = proc do
         count += 1
@@ -68,7 +68,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(count).to eq(2)
     end
 
-    it "still runs timers while a next_tick keeps requeueing itself" do
+    it "still runs timers while a next_tick keeps requeueing itself", timing: true do
       count = 0
       tick = proc do
         count += 1
@@ -107,7 +107,7 @@ RSpec.shared_examples "an evix loop" do |backend|
   end
 
   describe "timers" do
-    it "fires no earlier than the delay" do
+    it "fires no earlier than the delay", timing: true do
       fired_at = nil
       t0 = now
       ev.add_timer(0.05) { fired_at = now }
@@ -127,7 +127,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(log).to eq(%i[integer float rational])
     end
 
-    it "fires timers in deadline order" do
+    it "fires timers in deadline order", timing: true do
       log = []
       ev.add_timer(0.03) { log << :c }
       ev.add_timer(0.01) { log << :a }
@@ -182,7 +182,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(ev.stats[:iterations]).to be <= 5
     end
 
-    it "fires a repeating timer several times and lets it cancel itself" do
+    it "fires a repeating timer several times and lets it cancel itself", timing: true do
       count = 0
       t0 = now
       last = nil
@@ -216,7 +216,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(fired_at - t0).to be >= 0.145
     end
 
-    it "moves the deadline earlier with Timer#again" do
+    it "moves the deadline earlier with Timer#again", timing: true do
       fired_at = nil
       t0 = now
       timer = ev.add_timer(5) { fired_at = now }
@@ -243,7 +243,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(count).to eq(3)
     end
 
-    it "makes cancel idempotent and never runs a cancelled timer" do
+    it "makes cancel idempotent and never runs a cancelled timer", timing: true do
       ran = false
       timer = ev.add_timer(0) { ran = true }
       expect(timer.cancel).to be_nil
@@ -262,7 +262,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(other.active?).to be(false)
     end
 
-    it "does not keep run alive with an unref'd timer" do
+    it "does not keep run alive with an unref'd timer", timing: true do
       ran = false
       timer = ev.add_timer(5) { ran = true }
       expect(timer.unref).to equal(timer)
@@ -361,7 +361,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(got).to eq([Evix::READ | Evix::WRITE])
     end
 
-    it "calls a ONESHOT watcher once and makes it inactive inside its own block" do
+    it "calls a ONESHOT watcher once and makes it inactive inside its own block", timing: true do
       r, w = pipe
       w.write("x") # never read: a persistent watcher would fire forever
       calls = 0
@@ -421,7 +421,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       reader.cancel
     end
 
-    it "wakes a READ watcher on hang-up so the block sees EOF" do
+    it "wakes a READ watcher on hang-up so the block sees EOF", timing: true do
       r, w = pipe
       got = []
       eof = :not_read
@@ -438,7 +438,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(eof).to be_nil
     end
 
-    it "wakes a WRITE watcher on error (reader gone, pipe full)" do
+    it "wakes a WRITE watcher on error (reader gone, pipe full)", timing: true do
       r, w = pipe
       loop { break if w.write_nonblock("x" * 65_536, exception: false) == :wait_writable }
       got = []
@@ -516,7 +516,7 @@ RSpec.shared_examples "an evix loop" do |backend|
   end
 
   describe "stop and run modes" do
-    it "ends run after the current iteration when stop is called" do
+    it "ends run after the current iteration when stop is called", timing: true do
       r, = pipe
       ev.add_io(r, Evix::READ) {} # keeps the loop alive forever
       log = []
@@ -547,7 +547,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(fired).to be(true)
     end
 
-    it "does not block in run(:nowait) even with a long timer pending" do
+    it "does not block in run(:nowait) even with a long timer pending", timing: true do
       ran = false
       ev.add_timer(10) {}
       r, = pipe
@@ -558,7 +558,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(elapsed { ev.run(:nowait) }).to be < 0.1
     end
 
-    it "runs exactly one iteration in run(:once), blocking for the next timer" do
+    it "runs exactly one iteration in run(:once), blocking for the next timer", timing: true do
       fired = 0
       ev.add_timer(0.03) { fired += 1 }
       ev.add_timer(10) {}
@@ -569,7 +569,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(ev.stats[:iterations]).to eq(1)
     end
 
-    it "returns from run_once(timeout) within the timeout" do
+    it "returns from run_once(timeout) within the timeout", timing: true do
       r, = pipe
       ev.add_io(r, Evix::READ) {}
       took = elapsed { expect(ev.run_once(0.05)).to be(true) }
@@ -581,7 +581,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(elapsed { ev.run_once(0) }).to be < 0.05
     end
 
-    it "returns from run_once early when a timer is due before the timeout" do
+    it "returns from run_once early when a timer is due before the timeout", timing: true do
       fired = false
       ev.add_timer(0.02) { fired = true }
       took = elapsed { expect(ev.run_once(2)).to be(false) }
@@ -648,7 +648,7 @@ RSpec.shared_examples "an evix loop" do |backend|
   end
 
   describe "other threads" do
-    it "runs a block posted from another thread on the loop thread and wakes a blocked run" do
+    it "runs a block posted from another thread on the loop thread and wakes a blocked run", timing: true do
       quiet = rescue_pipe
       ev.add_io(quiet, Evix::READ) { ev.stop }
       ran_on = nil
@@ -665,7 +665,7 @@ RSpec.shared_examples "an evix loop" do |backend|
       expect(took).to be < 1
     end
 
-    it "wakes a blocked run_once with wakeup from another thread" do
+    it "wakes a blocked run_once with wakeup from another thread", timing: true do
       quiet = rescue_pipe
       ev.add_io(quiet, Evix::READ) {}
       helper_thread do
