@@ -112,6 +112,51 @@ RSpec.describe Evix::IO do
       expect(reader.wait).to be_nil
     end
 
+    # A short read says the kernel buffer is drained: reading again at once
+    # would only pay a read that fails with EAGAIN.
+    it "waits after a short read from a socket before reading it again" do
+      reads = []
+      io.singleton_class.prepend(Module.new do
+        define_method(:read_socket) { |*args| super(*args).tap { |chunk| reads << chunk } }
+      end)
+      sender = ev.wrap(peer)
+      ev.spawn do
+        5.times do
+          io.read(100)
+          io.write("ok")
+        end
+      end
+      ev.spawn do
+        5.times do |i|
+          sender.write("m#{i}")
+          sender.read_exactly(2)
+        end
+      end
+      ev.run
+      # Only the first read, made before anything was sent, found nothing.
+      expect(reads).to eq([:wait_readable, "m0", "m1", "m2", "m3", "m4"])
+    end
+
+    it "gives the other tasks a turn after FAIR_READS full reads in a row" do
+      peer.write("x" * 4 * 40)
+      reads = 0
+      turns = []
+      reader = ev.spawn do
+        40.times do
+          io.read(4)
+          reads += 1
+        end
+      end
+      ev.spawn do
+        turns << reads
+        ev.sleep(0)
+        turns << reads
+      end
+      ev.run
+      expect(reader.wait).to eq(40)
+      expect(turns.first).to eq(Evix::IO::FAIR_READS)
+    end
+
     it "returns binary strings" do
       peer.write("h\u00e9".encode("UTF-8"))
       data = in_task { io.read }
