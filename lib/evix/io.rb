@@ -217,7 +217,9 @@ module Evix
             ensure
               @reader = nil
             end
-            finish_wait(outcome, timeout) unless outcome.is_a?(Integer)
+            # Ready, it is exactly READ (the loop masks the ready bits with the
+            # interest): a comparison, where is_a? would be a method call.
+            finish_wait(outcome, timeout) unless outcome == READ
           else
             wait(READ, timeout)
           end
@@ -233,7 +235,9 @@ module Evix
         end
         return unless chunk
 
-        @streak = chunk.bytesize < maxlen ? FAIR_READS : streak + 1
+        # A binary String's size is its bytesize, and #size is an instruction
+        # of the VM, not a method call.
+        @streak = chunk.size < maxlen ? FAIR_READS : streak + 1
         @idle_timer&.again
         return chunk
       end
