@@ -54,10 +54,12 @@ module Evix
     # Reads up to +maxlen+ bytes; nil at end of file.
     # @return [String, nil]
     def read(maxlen = CHUNK, timeout: @timeout)
-      raise ClosedError, "IO is closed" if @io.closed?
-      return take(maxlen) unless @buffer.empty?
+      unless @buffer.empty?
+        raise ClosedError, "IO is closed" if @io.closed?
 
-      read_chunk(maxlen, timeout)
+        return take(maxlen)
+      end
+      read_chunk(maxlen, timeout) # raises Evix::ClosedError itself
     end
 
     # Reads exactly +length+ bytes; nil at end of file before the first byte,
@@ -190,7 +192,8 @@ module Evix
       true
     end
 
-    # The next chunk of input, a String of its own, or nil at end of file.
+    # The next chunk of input, a String of its own, or nil at end of file;
+    # Evix::ClosedError on a closed IO (#read leaves that check to it).
     # After a short read the kernel buffer is most likely empty: wait first
     # instead of paying a read that fails with EAGAIN (the registration is
     # level-triggered, so data that is already there wakes the wait at once).
@@ -241,6 +244,8 @@ module Evix
         @idle_timer&.again
         return chunk
       end
+      # After close_read: end of file, unless the IO is closed altogether.
+      raise ClosedError, "IO is closed" if io.closed?
     rescue Errno::ECONNRESET
       nil
     rescue ::IOError

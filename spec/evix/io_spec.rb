@@ -616,6 +616,18 @@ RSpec.describe Evix::IO do
       expect { in_task { io.wait_readable } }.to raise_error(Evix::ClosedError)
     end
 
+    it "makes later reads raise Evix::ClosedError after a short read, and after close_read" do
+      peer.write("a")
+      expect(in_task { io.read }).to eq("a") # short: the next read waits first
+      io.close
+      expect { in_task { io.read } }.to raise_error(Evix::ClosedError, "IO is closed")
+      other = ev.wrap(socket_pair[0])
+      other.close_read
+      expect(in_task { other.read }).to be_nil
+      other.close
+      expect { in_task { other.read } }.to raise_error(Evix::ClosedError, "IO is closed")
+    end
+
     it "makes later reads raise Evix::ClosedError even when data was buffered before the close" do
       peer.write("line1\nline2\n")
       expect(in_task { io.gets }).to eq("line1\n") # "line2\n" now sits in the buffer
