@@ -4,33 +4,6 @@ require "spec_helper"
 
 # Evix.offload / Evix::Loop#offload and the Evix::Offload thread pool.
 RSpec.describe Evix::Offload do
-  # Runs the block in a forked child (a lost offload result leaves Evix.run
-  # waiting forever, and nothing can interrupt it) and returns its value, or
-  # [:error, class name, message].
-  def in_child(timeout: 5)
-    reader, writer = IO.pipe
-    pid = fork do
-      reader.close
-      result = begin
-        yield
-      rescue Exception => e # rubocop:disable Lint/RescueException
-        [:error, e.class.name, e.message]
-      end
-      writer.write(Marshal.dump(result))
-      writer.close
-      exit!(0)
-    end
-    writer.close
-    status = wait_child(pid, timeout: timeout)
-    data = reader.read
-    raise "the child hung for #{timeout}s and was killed (#{status.inspect})" if data.empty?
-
-    Marshal.load(data) # rubocop:disable Security/MarshalLoad -- our own child's data
-  ensure
-    reader&.close
-    writer&.close unless writer&.closed?
-  end
-
   # Runs +evloop+ until the block returns truthy; fails after +timeout+.
   def run_loop_until(evloop, timeout: 3)
     deadline = now + timeout

@@ -17,33 +17,6 @@ RSpec.describe "Evix.run" do
     end
   end
 
-  # Runs the block in a forked child (a stuck Evix.run cannot be interrupted,
-  # so it must not hang the suite) and returns its value, or
-  # [:error, class name, message].
-  def in_child(timeout: 5)
-    reader, writer = IO.pipe
-    pid = fork do
-      reader.close
-      result = begin
-        yield
-      rescue Exception => e # rubocop:disable Lint/RescueException
-        [:error, e.class.name, e.message]
-      end
-      writer.write(Marshal.dump(result))
-      writer.close
-      exit!(0)
-    end
-    writer.close
-    status = wait_child(pid, timeout: timeout)
-    data = reader.read
-    raise "the child hung for #{timeout}s and was killed (#{status.inspect})" if data.empty?
-
-    Marshal.load(data) # rubocop:disable Security/MarshalLoad -- our own child's data
-  ensure
-    reader&.close
-    writer&.close unless writer&.closed?
-  end
-
   # One Evix.run that touches what a run creates: a loop, timers, IO
   # watchers, offload pool threads.
   def busy_run

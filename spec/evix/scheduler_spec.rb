@@ -58,32 +58,6 @@ RSpec.describe Evix::Scheduler do
     end
   end
 
-  # Runs the block in a forked child (so a wedged process cannot hang the
-  # suite) and returns its value, or [:error, class name, message].
-  def in_child(timeout: 5)
-    reader, writer = IO.pipe
-    pid = fork do
-      reader.close
-      result = begin
-        yield
-      rescue Exception => e # rubocop:disable Lint/RescueException
-        [:error, e.class.name, e.message]
-      end
-      writer.write(Marshal.dump(result))
-      writer.close
-      exit!(0)
-    end
-    writer.close
-    status = wait_child(pid, timeout: timeout)
-    data = reader.read
-    raise "the child hung and was killed (#{status.inspect})" if data.empty?
-
-    Marshal.load(data) # rubocop:disable Security/MarshalLoad -- our own child's data
-  ensure
-    reader&.close
-    writer&.close unless writer&.closed?
-  end
-
   describe "Kernel#sleep" do
     it "runs 100 fibers that each sleep 0.05 s concurrently, in well under a second", timing: true do
       finished = 0
