@@ -120,7 +120,7 @@ module Evix
       end
 
       # One client's outgoing side: an Array of lines and a writer task that
-      # sleeps in Fiber.yield while the Array is empty. `say` never blocks; it
+      # sleeps in Loop#suspend while the Array is empty. `say` never blocks; it
       # wakes the writer through loop.next_tick. A client that takes no data
       # for WRITE_TIMEOUT seconds, or is gone, is disconnected.
       class Member
@@ -160,8 +160,7 @@ module Evix
             @client.write(@queue.shift, timeout: WRITE_TIMEOUT) until @queue.empty?
             break if @finishing
 
-            @sleeping = Fiber.current
-            Fiber.yield
+            @loop.suspend { |token| @sleeping = token }
           end
         rescue Evix::ClosedError, Evix::TimeoutError, SystemCallError
           # Gone or stuck: drop what it will never read. Closing wakes the
@@ -172,9 +171,9 @@ module Evix
         end
 
         def wake
-          fiber = @sleeping
+          token = @sleeping
           @sleeping = nil
-          @loop.next_tick { fiber.resume } if fiber
+          @loop.resume(token) if token
         end
       end
     end

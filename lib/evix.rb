@@ -12,6 +12,10 @@ module Evix
 
   # Raised when an operation does not finish within its timeout.
   class TimeoutError < Error; end
+
+  # Raised in a task by Evix::Task#cancel (at its wait point), and by
+  # Evix::Task#wait on a cancelled task.
+  class CancelledError < Error; end
 end
 
 # A build for this Ruby's minor version (lib/evix/3.3/evix.so, as rake
@@ -25,7 +29,7 @@ require_relative "evix/task"
 require_relative "evix/io"
 require_relative "evix/signals"
 require_relative "evix/loop"
-require_relative "evix/reopening"
+require_relative "evix/io_patches"
 require_relative "evix/tcp_server"
 require_relative "evix/tcp_client"
 require_relative "evix/offload"

@@ -51,26 +51,27 @@ end
 # Plain Fiber.schedule + Kernel#sleep under evix's Fiber::Scheduler (Evix.run).
 def evix_scheduler(probe, done)
   Evix.run do
-    fibers = Array.new(COUNT) do
+    evloop = Fiber.scheduler.loop
+    parked = []
+    COUNT.times do
       Fiber.schedule do
-        Fiber.yield
+        evloop.suspend { |token| parked << token }
         SLEEPS.times { sleep DELAY }
         done << 1
       end
     end
     probe.parked
-    fibers.each(&:resume)
+    parked.each { |token| evloop.resume(token) }
   end
 end
 
 # evix's own tasks: Loop#spawn + Loop#sleep.
 def evix_spawn(probe, done)
   evloop = Evix::Loop.new
-  fibers = []
+  parked = []
   COUNT.times do
     evloop.spawn do
-      fibers << Fiber.current
-      Fiber.yield
+      evloop.suspend { |token| parked << token }
       SLEEPS.times { evloop.sleep(DELAY) }
       done << 1
     end
@@ -78,7 +79,7 @@ def evix_spawn(probe, done)
   # Tasks start on the loop's first tick, in order: this runs after them all.
   evloop.next_tick do
     probe.parked
-    fibers.each(&:resume)
+    parked.each { |token| evloop.resume(token) }
   end
   evloop.run
 ensure

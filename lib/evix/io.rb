@@ -4,8 +4,9 @@ require "English"
 
 module Evix
   # A non-blocking IO driven by a loop, for code running in an Evix::Task.
-  # Every operation tries the system call first and waits (a one-shot
-  # watcher plus Fiber.yield) only when the kernel says it would block.
+  # Every operation tries the system call first and waits (Loop#wait_io)
+  # only when the kernel says it would block. Closing the IO (#close, or
+  # IO#close on it) ends every wait on it with Evix::ClosedError.
   #
   # The hot path (read, write, the wait between them) avoids method calls and
   # allocations it can do without, and has no Kernel#loop: that C iterator
@@ -15,7 +16,9 @@ module Evix
     # Full reads in a row before a read gives the other fibers a turn.
     FAIR_READS = 16
     EMPTY = "".b.freeze
-    private_constant :EMPTY
+    # Ends the waits of the readers when #close_read comes (never escapes).
+    class EndOfReads < Exception; end # rubocop:disable Lint/InheritException -- no rescue of StandardError may catch it
+    private_constant :EMPTY, :EndOfReads
 
     # @return [Numeric, nil] seconds each operation may wait (nil: no limit)
     attr_accessor :timeout
@@ -41,11 +44,10 @@ module Evix
       @socket = @io.is_a?(::BasicSocket)
       @scratch = loop.read_buffer unless @socket
       @buffer = String.new(encoding: Encoding::BINARY)
-      # The fiber waiting to read, the usual lone waiter; writers and any
-      # further readers go in @waiters (fiber => events).
+      # The fiber waiting to read, the usual lone waiter; any further
+      # readers go in @readers. #close_read ends their waits.
       @reader = nil
-      @waiters = {}
-      @task_fiber = nil
+      @readers = []
       @eof = false
       @streak = 0 # see read_chunk
       @thread = Thread.current
@@ -145,7 +147,7 @@ module Evix
     # @return [nil]
     def close_read
       @eof = true
-      wake_waiters(READ, :eof)
+      [@reader, *@readers].each { |fiber| @loop.interrupt(fiber, EndOfReads.new) if fiber }
       nil
     end
 
@@ -160,7 +162,6 @@ module Evix
         return
       end
 
-      wake_waiters(READ | WRITE, :closed)
       @idle_timer&.cancel
       @buffer.clear
       @loop.release_io(@io) unless @loop.closed?
@@ -212,19 +213,20 @@ module Evix
       streak = @streak
       until @eof
         if streak >= FAIR_READS
-          fiber = Fiber.current
-          if fiber == @task_fiber && !@reader
+          if @reader
+            wait(READ, timeout)
+          else
             begin
-              @reader = fiber
+              @reader = Fiber.current
               outcome = @loop.wait_io(io, READ, timeout)
+            rescue EndOfReads
+              outcome = READ
             ensure
               @reader = nil
             end
             # Ready, it is exactly READ (the loop masks the ready bits with the
             # interest): a comparison, where is_a? would be a method call.
-            finish_wait(outcome, timeout) unless outcome == READ
-          else
-            wait(READ, timeout)
+            finish_wait(timeout) unless outcome == READ
           end
           streak = 0
           next # close_read may have come while waiting
@@ -281,63 +283,27 @@ module Evix
       nil
     end
 
-    # Waits for +events+. Its callers on the hot path know the IO is open;
-    # on a closed one wait_io raises Evix::ClosedError. After close_read a
-    # wait to read returns at once.
+    # Waits for +events+; on a closed IO wait_io raises Evix::ClosedError.
+    # After close_read a wait to read returns at once.
     def wait(events, timeout)
-      fiber = Fiber.current
-      check_task(fiber) unless fiber == @task_fiber
       return true if @eof && events == READ && !@io.closed?
 
-      outcome = events == READ && !@reader ? wait_as_reader(fiber, timeout) : wait_as_other(fiber, events, timeout)
-      outcome.is_a?(Integer) || finish_wait(outcome, timeout)
+      reading = events.anybits?(READ)
+      @readers << Fiber.current if reading
+      begin
+        outcome = @loop.wait_io(@io, events, timeout)
+      rescue EndOfReads
+        return true
+      ensure
+        @readers.delete(Fiber.current) if reading
+      end
+      outcome.nil? ? finish_wait(timeout) : true
     end
 
-    # Only a task's fiber can wait (the loop resumes it). The last fiber
-    # checked is remembered: a fiber stays a task's for life.
-    def check_task(fiber)
-      raise Error, "Evix::IO must be used inside a task (Evix::Loop#spawn)" unless Task.current
-
-      @task_fiber = fiber
-    end
-
-    # The usual case: the one fiber waiting to read, kept in an ivar.
-    def wait_as_reader(fiber, timeout)
-      @reader = fiber
-      @loop.wait_io(@io, READ, timeout)
-    ensure
-      @reader = nil
-    end
-
-    # Writers and further readers.
-    def wait_as_other(fiber, events, timeout)
-      @waiters[fiber] = events
-      @loop.wait_io(@io, events, timeout)
-    ensure
-      @waiters.delete(fiber)
-    end
-
-    def finish_wait(outcome, timeout)
+    def finish_wait(timeout)
       raise ClosedError, "IO was closed while waiting" if @io.closed?
 
-      case outcome
-      when :eof then true
-      when nil then raise TimeoutError, "IO operation timed out after #{timeout}s"
-      when :closed then raise ClosedError, "IO was closed while waiting"
-      else raise Error, "unexpected resume of a fiber waiting on an Evix::IO: #{outcome.inspect}"
-      end
-    end
-
-    # Resumes the fibers waiting for +events+ with +outcome+ on the next tick.
-    def wake_waiters(events, outcome)
-      if (reader = @reader) && events.anybits?(READ)
-        @loop.next_tick { reader.resume(outcome) if @reader.equal?(reader) }
-      end
-      @waiters.each do |fiber, waited|
-        next if waited.nobits?(events)
-
-        @loop.next_tick { fiber.resume(outcome) if @waiters[fiber] == waited }
-      end
+      raise TimeoutError, "IO operation timed out after #{timeout}s"
     end
   end
 end

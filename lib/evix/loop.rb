@@ -4,6 +4,16 @@ module Evix
   # Ruby-side additions to the Rust-defined Evix::Loop: fibers, IO wrappers
   # and signals.
   class Loop
+    # Installs evix's patches to ::IO (see IOPatches) with the first loop.
+    module Creating
+      # @return [Evix::Loop]
+      def new(...)
+        IOPatches.install
+        super
+      end
+    end
+    singleton_class.prepend(Creating)
+
     # Runs the block in a new fiber driven by this loop.
     # @return [Evix::Task]
     def spawn(&block)
@@ -42,23 +52,20 @@ module Evix
     # @return [Object] the block's value
     def offload(&block)
       raise ArgumentError, "offload requires a block" unless block
-
-      fiber = Fiber.current
-      raise Error, "Evix::Loop#offload must be called from a fiber the loop runs" if fiber.blocking?
+      raise Error, "Evix::Loop#offload must be called from a fiber the loop runs" if Fiber.current.blocking?
 
       outcome = nil
-      waiting = true
+      token = nil
       keeper = add_timer(86_400) {} # keeps #run going while the job is out
       Evix.offload_pool.submit(self, block) do |value, error|
         outcome = [value, error]
-        fiber.resume if waiting
+        resume(token) if token
       end
-      Fiber.yield until outcome
+      suspend { |t| token = t } until outcome
       raise outcome[1] if outcome[1]
 
       outcome[0]
     ensure
-      waiting = false
       keeper&.cancel
     end
 
@@ -69,7 +76,11 @@ module Evix
       Signals.number(signal)
       raise ArgumentError, "add_signal requires a block" unless block_given?
 
-      (@signals ||= Signals.new(self)).add(signal, &)
+      unless @signals
+        @signals = Signals.new(self)
+        reserve_fd(@signals.reader)
+      end
+      @signals.add(signal, &)
     end
 
     # Stops handling +signal+ and restores the previous handler.

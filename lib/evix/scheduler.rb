@@ -8,40 +8,12 @@ module Evix
   # Evix.run) plain IO, sleep, Queue, Mutex, Timeout, Net::HTTP and
   # Process.wait suspend only the calling fiber.
   #
-  # Every hook suspends with Fiber.yield and is resumed by a loop callback;
-  # the loop runs in the scheduler's thread, in #run and #close.
+  # Every fiber it schedules is an Evix::Task; every hook parks the calling
+  # fiber on the loop, which runs in the scheduler's thread, in #run and
+  # #close.
   class Scheduler
     # How long #run blocks while every fiber waits on another thread.
     IDLE_POLL = 1.0
-
-    # Guards the list of open schedulers (see Scheduler.io_closed).
-    OPEN_LOCK = Thread::Mutex.new
-    private_constant :OPEN_LOCK
-    @open = [].freeze
-
-    class << self
-      # Tells every open Scheduler, in any thread, that +io+ is being closed
-      # (ClosingIO calls this from IO#close), so that the fibers waiting on it
-      # wake with IOError. A list written once per scheduler, never per wait.
-      # (Not an ObjectSpace::WeakMap: Ruby 3.1's WeakMap#keys can return a
-      # scheduler the GC has already freed.)
-      # @api private
-      # @return [nil]
-      def io_closed(io)
-        @open.each { |scheduler| scheduler.io_closed(io) }
-        nil
-      end
-
-      # Adds +scheduler+ to the open schedulers (Scheduler#initialize), or
-      # removes it (Scheduler#close). The list is replaced, never changed in
-      # place, so io_closed, in any thread, iterates it without the lock.
-      # @api private
-      # @return [nil]
-      def track(scheduler, open)
-        OPEN_LOCK.synchronize { @open = (open ? [*@open, scheduler] : @open.reject { |s| s.equal?(scheduler) }).freeze }
-        nil
-      end
-    end
 
     include BufferHooks
 
@@ -54,12 +26,10 @@ module Evix
       @loop = loop || Loop.new
       @owns_loop = loop.nil?
       @fibers = 0
+      # Fiber => the token of its wait in #block or #kernel_sleep.
       @blocked = {}.compare_by_identity
-      # IO => the Fiber waiting on it, or an Array of them when several do.
-      @io_waiters = {}.compare_by_identity
       @pid = Process.pid
       setup_buffer_hooks
-      Scheduler.track(self, true)
     end
 
     # @return [Integer] scheduled fibers that have not finished
@@ -68,14 +38,13 @@ module Evix
     # Fiber::Scheduler hook: creates a non-blocking fiber and starts it now.
     # @return [Fiber]
     def fiber(&block)
-      fiber = Fiber.new(blocking: false) do
+      @fibers += 1
+      task = Task.new(@loop, start: true) do
         block.call
       ensure
         @fibers -= 1
       end
-      @fibers += 1
-      fiber.resume
-      fiber
+      task.fiber
     end
 
     # Runs the loop until every scheduled fiber has finished.
@@ -96,7 +65,6 @@ module Evix
       begin
         run unless @abandoned
       ensure
-        Scheduler.track(self, false)
         @loop.close if @owns_loop && !@loop.closed?
       end
     end
@@ -122,27 +90,13 @@ module Evix
       nil
     end
 
-    # Wakes the fibers waiting on +io+ with IOError; IO#close calls this,
-    # from any thread, before the descriptor goes away.
-    # @api private
-    def io_closed(io)
-      waiting = @io_waiters[io]
-      return unless waiting
-
-      fibers = waiting.is_a?(Array) ? waiting.dup : [waiting]
-      @loop.post { fibers.each { |fiber| fiber.resume(:closed) if fiber.alive? && waits_on?(io, fiber) } }
-    rescue Error # closed, or inherited across fork: nobody here waits
-      nil
-    end
-
     # The Fiber::Scheduler hooks #kernel_sleep(duration = nil),
     # #block(blocker, timeout = nil), #io_wait(io, events, timeout = nil),
     # #io_read(io, buffer, length, offset = 0) and
     # #io_write(io, buffer, length, offset = 0) are C methods, in
     # ext/evix/src/ruby/scheduler.rs: a hook written in Ruby would leave a VM
-    # re-entry on the machine stack of every fiber parked in it. Those that
-    # wait note the fiber in @blocked (sleep, block) or @io_waiters (IO), for
-    # #unblock and #io_closed.
+    # re-entry on the machine stack of every fiber parked in it. #block and
+    # #kernel_sleep note their wait's token in @blocked, for #unblock.
 
     # Fiber::Scheduler hook; may be called from any thread.
     # @return [nil]
@@ -195,36 +149,16 @@ module Evix
       # Fiber::Scheduler hook (Ruby >= 3.5): raises +exception+ in +fiber+.
       # @return [nil]
       def fiber_interrupt(fiber, exception)
-        @loop.post { fiber.raise(exception) if fiber.alive? }
+        @loop.post { @loop.interrupt(fiber, exception) if fiber.alive? }
         nil
       end
     end
 
-    # Prepended to ::IO: closing an IO wakes the fibers waiting on it, and
-    # the closing thread's scheduler drops the fd's kernel registration while
-    # the fd is still open (after the close, a file kept open elsewhere, by a
-    # dup or a forked child, would leave one behind that only a rebuild of the
-    # epoll set removes).
-    module ClosingIO
-      # @return [nil]
-      def close
-        Scheduler.io_closed(self)
-        scheduler = Fiber.scheduler
-        scheduler.release(self) if scheduler.is_a?(Scheduler) && !closed? && autoclose?
-        super
-      end
-    end
-    ::IO.prepend(ClosingIO)
-
     private
 
-    def waits_on?(io, fiber)
-      waiting = @io_waiters[io]
-      fiber.equal?(waiting) || (waiting.is_a?(Array) && waiting.any? { |other| other.equal?(fiber) })
-    end
-
     def wake(fiber, value)
-      fiber.resume(value) if @blocked.key?(fiber)
+      token = @blocked[fiber]
+      @loop.resume(token, value) if token
     end
   end
 end

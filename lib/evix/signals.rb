@@ -5,6 +5,9 @@ module Evix
   # signal number as a byte; a persistent, unref'd watcher reads it and runs
   # the blocks on the loop, in normal context.
   class Signals
+    # @return [::IO] the self-pipe's read end (the loop's own descriptor)
+    attr_reader :reader
+
     def initialize(loop)
       @loop = loop
       @handlers = {}

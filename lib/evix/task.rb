@@ -1,100 +1,142 @@
 # frozen_string_literal: true
 
 module Evix
-  # A fiber driven by a loop (see Evix::Loop#spawn). Its value, or its
-  # exception, is available through #wait.
+  # A fiber driven by a loop: `loop.spawn { }`, and under Evix.run every
+  # `Fiber.schedule { }`. It ends with a value, an exception, or
+  # cancellation; #wait hands each back.
+  #
+  # The loop switches to a task's fiber by transfer, and a task waits by
+  # transferring back to the fiber that runs the loop, so a wait made in a
+  # fiber the task resumed itself (an Enumerator, a nested Fiber) still goes
+  # to the loop.
   class Task
+    # @return [Evix::Loop] the loop that drives the task
+    attr_reader :loop
+
+    # @return [Fiber] the task's fiber
+    attr_reader :fiber
+
     # @param loop [Evix::Loop] the loop that drives the fiber
-    def initialize(loop, &block)
+    # @param start [Boolean] true: start now (Fiber.schedule); false: on the
+    #   loop's next tick (Loop#spawn)
+    def initialize(loop, start: false, &block)
+      raise ArgumentError, "Evix::Task requires a block" unless block
+
       @loop = loop
-      @waiters = []
+      @thread = Thread.current
+      @waiting = [] # tokens of the fibers waiting in #wait
       @state = :pending
-      @fiber = Fiber.new { run(block) }
-      loop.next_tick { resume }
+      @fiber = Fiber.new(blocking: false) { run(block) }
+      start ? @loop.start(@fiber) : loop.next_tick { @loop.start(@fiber) if @state == :pending }
     end
+
+    # @return [Symbol] :pending, :running, :done, :failed or :cancelled
+    attr_reader :state
 
     # @return [Boolean] true until the block returned, raised or was cancelled
     def alive?
       @state == :pending || @state == :running
     end
 
-    # Waits for the task and returns its value, or raises its exception.
-    # Inside another task the calling fiber waits; outside, the loop runs
-    # until the task is done.
+    # @return [Boolean] whether the task ended by cancellation
+    def cancelled?
+      @state == :cancelled
+    end
+
+    # Waits for the task and returns its value, or raises its exception
+    # (Evix::CancelledError if it was cancelled). Inside another fiber of
+    # the loop only that fiber waits; outside, the loop runs until the task
+    # is done.
+    # @param timeout [Numeric, nil] seconds to wait at most; then
+    #   Evix::TimeoutError (the task keeps running)
     # @return [Object] the block's value
-    def wait
+    def wait(timeout: nil)
       if alive?
-        Task.current ? wait_in_fiber : drive_loop
+        Task.current&.loop.equal?(@loop) ? wait_in_fiber(timeout) : drive_loop(timeout)
+        raise TimeoutError, "task still running after #{timeout}s" if alive?
       end
       raise @error if @error
 
       @value
     end
 
-    # Raises Evix::CancelledError inside the task (its ensure blocks run).
-    # A task cancelled before it started never runs. Idempotent.
+    # Cancels the task: Evix::CancelledError is raised in it at its current
+    # wait point, or its next one (its ensure blocks run). A task cancelled
+    # before it started never runs. A no-op on a finished task. Safe from
+    # any thread (from another one it is posted to the loop's).
+    # @param reason [String, nil] the CancelledError's message
     # @return [nil]
-    def cancel
-      case @state
-      when :pending
-        finish(:cancelled, nil, CancelledError.new("task was cancelled"))
-      when :running
-        raise CancelledError, "task was cancelled" if @fiber == Fiber.current
+    def cancel(reason = nil)
+      unless Thread.current == @thread
+        @loop.post { cancel(reason) }
+        return
+      end
 
-        @fiber.raise(CancelledError, "task was cancelled")
+      error = CancelledError.new(reason || "task was cancelled")
+      case @state
+      when :pending then finish(:cancelled, nil, error)
+      when :running
+        raise error if @fiber == Fiber.current
+
+        @loop.interrupt(@fiber, error)
       end
       nil
     end
 
-    # Resumes the task's fiber with +value+ (used by the loop's callbacks).
-    # @api private
-    def resume(value = nil)
-      @fiber.resume(value) if alive?
-    end
-
-    # The task whose fiber is running, or nil.
+    # The task whose fiber is running (or which resumed the running fiber),
+    # or nil.
     # @return [Evix::Task, nil]
     def self.current
       Thread.current[:evix_task]
     end
 
-    private
-
-    # Runs the loop until the task is done; with nothing referenced left a
-    # post from another thread may still come, so wait in short slices.
-    def drive_loop
-      @loop.run_once(@loop.alive? ? nil : 0.1) while alive?
+    # @return [String]
+    def inspect
+      "#<#{self.class} #{@state}>"
     end
 
-    def wait_in_fiber
-      fiber = Fiber.current
-      @waiters << fiber
-      Fiber.yield while alive?
+    private
+
+    # Runs the loop until the task is done or +timeout+ passes; with nothing
+    # referenced left a post from another thread may still come, so wait in
+    # short slices.
+    def drive_loop(timeout)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout if timeout
+      while alive?
+        left = deadline && (deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC))
+        break if left&.negative?
+
+        slice = @loop.alive? ? left : [left || 0.1, 0.1].min
+        @loop.run_once(slice)
+      end
+    end
+
+    def wait_in_fiber(timeout)
+      token = nil
+      @loop.suspend(timeout) { |t| @waiting << (token = t) } while alive? && token.nil?
     ensure
-      @waiters.delete(fiber)
+      @waiting.delete(token)
     end
 
     def run(block)
       Thread.current[:evix_task] = self
       @state = :running
-      value = block.call
-      finish(:done, value, nil)
+      finish(:done, block.call, nil)
     rescue CancelledError => e
       finish(:cancelled, nil, e)
     rescue Exception => e # rubocop:disable Lint/RescueException -- surfaced through #wait or run
-      waited = finish(:failed, nil, e)
-      raise unless waited
+      raise unless finish(:failed, nil, e)
     end
 
+    # Records the outcome and wakes the waiters; true if any waited.
     def finish(state, value, error)
       @state = state
       @value = value
       @error = error
-      @waiters.each { |fiber| @loop.next_tick { fiber.resume if @waiters.include?(fiber) } }
-      !@waiters.empty?
+      waiting = @waiting
+      @waiting = []
+      waiting.each { |token| @loop.resume(token) }
+      !waiting.empty?
     end
   end
-
-  # Raised in a task by Evix::Task#cancel, and by #wait on a cancelled task.
-  class CancelledError < Error; end
 end

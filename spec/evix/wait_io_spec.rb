@@ -25,19 +25,21 @@ RSpec.describe "Evix::Loop#wait_io, #suspend and #release_io" do
     expect(ev.stats).to include(watchers: 0, timers: 0)
   end
 
-  it "returns whatever else resumed the fiber, and its watcher never fires later" do
+  it "ends the wait when something is raised into the fiber, and its watcher never fires later" do
     r, w = pipe
     fired = []
     task = ev.spawn do
       fired << ev.wait_io(r, Evix::READ)
-      fired << :after
+    rescue EvixSpecError
+      fired << :interrupted
     end
     ev.run_once(0)
-    ev.next_tick { task.resume(:woken) }
+    ev.next_tick { ev.interrupt(task.fiber, EvixSpecError.new) }
     ev.run
     w.write("x")
     ev.run_once(0.02)
-    expect(fired).to eq(%i[woken after])
+    expect(fired).to eq(%i[interrupted])
+    expect(ev.stats).to include(watchers: 0, waiters: 0)
   end
 
   it "waits on the same IO again without losing readiness" do
@@ -88,24 +90,26 @@ RSpec.describe "Evix::Loop#wait_io, #suspend and #release_io" do
 
   it "cannot suspend the root fiber and cleans up after the attempt" do
     r, = pipe
-    expect { ev.wait_io(r, Evix::READ) }.to raise_error(FiberError)
-    expect(ev.stats[:watchers]).to eq(0)
+    expect { ev.wait_io(r, Evix::READ) }.to raise_error(Evix::Error, /inside a task/)
+    expect(ev.stats).to include(watchers: 0, waiters: 0)
   end
 
   it "suspend returns what resumed the fiber, or nil after the timeout, and leaves no timer", timing: true do
     got = []
-    task = ev.spawn do
-      got << ev.suspend
+    token = nil
+    ev.spawn do
+      got << ev.suspend { |t| token = t }
       got << ev.suspend(0.01)
     end
     ev.run_once(0)
-    ev.next_tick { task.resume(:hello) }
+    ev.next_tick { expect(ev.resume(token, :hello)).to be(true) }
     took = elapsed { ev.run }
     expect(got).to eq([:hello, nil])
+    expect(ev.resume(token, :late)).to be(false)
     expect(took).to be_between(0.005, 1)
     expect(ev.stats[:timers]).to eq(0)
     expect { in_task { ev.suspend(-1) } }.to raise_error(ArgumentError, /timeout/)
-    expect { ev.suspend(0) }.to raise_error(FiberError)
+    expect { ev.suspend(0) }.to raise_error(Evix::Error, /inside a task/)
   end
 
   it "release_io removes the IO's watchers so none fires after the IO is closed" do

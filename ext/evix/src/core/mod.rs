@@ -6,10 +6,12 @@
 //! blocks, so callbacks may call back into the loop and a garbage collector
 //! may walk the callbacks from another thread at any time.
 
+pub mod closing;
 mod registry;
 mod shared;
 mod slab;
 mod timers;
+mod waiters;
 
 pub use registry::Pin;
 pub use shared::{Closed, Shared, Wake};
@@ -24,6 +26,7 @@ use std::os::unix::io::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use timers::{deadline_after, Due, Timers};
+use waiters::Waiters;
 
 /// Why a callback is called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +35,33 @@ pub enum Fire {
     Io(Interest),
     Timer,
     Deferred,
+    /// A waiter's fd was released or closed while it waited.
+    Closed,
+}
+
+/// What a watcher or timer holds: a callback, or the wait it ends.
+#[derive(Clone, Debug)]
+enum Slot<C> {
+    Call(C),
+    Wake(Key),
+}
+
+impl<C> Slot<C> {
+    fn call(&self) -> Option<&C> {
+        match self {
+            Slot::Call(callback) => Some(callback),
+            Slot::Wake(_) => None,
+        }
+    }
+}
+
+/// What `park` did.
+#[derive(Debug)]
+pub enum Parked<C> {
+    /// Parked under this key until a trigger, `wake` or a release ends it.
+    Waiting(Key),
+    /// Not parked: an end of wait (a cancellation) was pending for the owner.
+    Pending(C),
 }
 
 /// How `run` iterates.
@@ -79,7 +109,8 @@ pub trait Driver<C> {
     }
 
     /// Runs `wait`, which may block; `wake` interrupts it from another thread.
-    /// The default simply calls it.
+    /// It must not run callbacks or anything else that may call into the
+    /// loop: the backend is borrowed meanwhile. The default simply calls it.
     fn block(
         &mut self,
         wake: &Wake,
@@ -87,6 +118,13 @@ pub trait Driver<C> {
     ) -> Result<io::Result<()>, Self::Error> {
         let _ = wake;
         Ok(wait())
+    }
+
+    /// Called after a blocking wait, with nothing borrowed: where the Ruby
+    /// driver runs what interrupted the wait (trap handlers, Thread#raise),
+    /// which may call into the loop. The default does nothing.
+    fn after_block(&mut self) -> Result<(), Self::Error> {
+        Ok(())
     }
 }
 
@@ -96,6 +134,7 @@ pub struct Stats {
     pub deferred: usize,
     pub timers: usize,
     pub watchers: usize,
+    pub waiters: usize,
     pub iterations: u64,
     /// Times the backend was rebuilt to drop a stale kernel registration.
     pub rebuilds: u64,
@@ -105,12 +144,59 @@ pub struct Stats {
 struct State<C> {
     immediates: VecDeque<C>,
     deferred: VecDeque<C>,
-    timers: Timers<C>,
+    timers: Timers<Slot<C>>,
     /// The timer phase's batch buffer, kept between phases.
     due: Vec<Due>,
-    registry: Registry<C>,
+    registry: Registry<Slot<C>>,
+    waiters: Waiters<C>,
+    /// Waiters whose fd was released or closed: resumed with
+    /// [`Fire::Closed`] at the start of the next immediates phase.
+    closed: VecDeque<C>,
     iterations: u64,
     rebuilds: u64,
+}
+
+impl<C: Clone> State<C> {
+    /// Ends the wait under `key` and cancels its other trigger; the waiter's
+    /// resume callback, or `None` if the wait already ended.
+    fn unpark(&mut self, key: Key) -> Option<C> {
+        let waiter = self.waiters.unpark(key)?;
+        if let Some(watcher) = waiter.watcher {
+            self.registry.remove(watcher);
+        }
+        if let Some(timer) = waiter.timer {
+            self.timers.cancel(timer);
+        }
+        Some(waiter.resume)
+    }
+
+    /// A slot that fired: its callback, or the resume callback of the wait it
+    /// ends (`None` if that wait already ended).
+    fn fired(&mut self, slot: Slot<C>) -> Option<C> {
+        match slot {
+            Slot::Call(callback) => Some(callback),
+            Slot::Wake(key) => self.unpark(key),
+        }
+    }
+
+    /// Wakes with [`Fire::Closed`] the waiters among `slots` (the watchers of
+    /// a released or closed fd); plain callbacks are dropped.
+    fn close_waits(&mut self, slots: Vec<Slot<C>>) {
+        for slot in slots {
+            if let Slot::Wake(key) = slot {
+                if let Some(resume) = self.unpark(key) {
+                    self.closed.push_back(resume);
+                }
+            }
+        }
+    }
+
+    fn take_orphans(&mut self) {
+        if self.registry.has_orphans() {
+            let orphans = self.registry.take_orphans();
+            self.close_waits(orphans);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -151,6 +237,8 @@ impl<C: Clone> Loop<C> {
                 timers: Timers::default(),
                 due: Vec::new(),
                 registry: Registry::default(),
+                waiters: Waiters::default(),
+                closed: VecDeque::new(),
                 iterations: 0,
                 rebuilds: 0,
             }),
@@ -195,7 +283,7 @@ impl<C: Clone> Loop<C> {
         self.state
             .borrow_mut()
             .timers
-            .add(deadline, interval, callback)
+            .add(deadline, interval, Slot::Call(callback))
     }
 
     /// Moves an active timer to now + `delay`; `false` if it is not active.
@@ -227,21 +315,113 @@ impl<C: Clone> Loop<C> {
         callback: C,
         pin: Option<Pin<C>>,
     ) -> io::Result<Key> {
-        let mut poller = self.poller.borrow_mut();
-        let backend = poller.backend.as_mut().ok_or_else(closed_error)?;
-        self.state
-            .borrow_mut()
-            .registry
-            .add(backend, fd, interest, oneshot, callback, pin)
+        self.watch(fd, interest, oneshot, Slot::Call(callback), pin)
     }
 
-    /// Forgets `fd` and removes its watchers before its owner closes it.
-    pub fn release_fd(&self, fd: RawFd) {
+    fn watch(
+        &self,
+        fd: RawFd,
+        interest: Interest,
+        oneshot: bool,
+        slot: Slot<C>,
+        pin: Option<Pin<C>>,
+    ) -> io::Result<Key> {
         let mut poller = self.poller.borrow_mut();
-        if let Some(backend) = poller.backend.as_mut() {
-            let removed = self.state.borrow_mut().registry.release(backend, fd);
-            drop(removed);
+        let backend = poller.backend.as_mut().ok_or_else(closed_error)?;
+        let mut state = self.state.borrow_mut();
+        let before = state.registry.generation(fd);
+        let pin = pin.map(|pin| Pin {
+            owner: pin.owner,
+            keep: Slot::Call(pin.keep),
+        });
+        let added = state
+            .registry
+            .add(backend, fd, interest, oneshot, slot, pin);
+        state.take_orphans();
+        let after = state.registry.generation(fd);
+        drop(state);
+        if let (Ok(_), Some(generation)) = (&added, after) {
+            if before != after {
+                closing::note(fd, &self.shared.release_sink(), generation);
+            }
         }
+        added
+    }
+
+    /// Parks `owner` (one wait at a time each) until `resume` is called by
+    /// whichever comes first: `io` ready (a one-shot watcher for the fd and
+    /// interest), `timeout`, [`Loop::wake`], or the fd's release. Unless an
+    /// end of wait is pending for the owner: then nothing is parked.
+    pub fn park(
+        &self,
+        owner: u64,
+        resume: C,
+        io: Option<(RawFd, Interest, Option<Pin<C>>)>,
+        timeout: Option<Duration>,
+    ) -> io::Result<Parked<C>> {
+        let key = {
+            let mut state = self.state.borrow_mut();
+            if let Some(pending) = state.waiters.take_pending(owner) {
+                return Ok(Parked::Pending(pending));
+            }
+            state.waiters.park(owner, resume)
+        };
+        let watcher = match io {
+            None => None,
+            Some((fd, interest, pin)) => match self.watch(fd, interest, true, Slot::Wake(key), pin)
+            {
+                Ok(watcher) => Some(watcher),
+                Err(e) => {
+                    self.state.borrow_mut().waiters.unpark(key);
+                    return Err(e);
+                }
+            },
+        };
+        let mut state = self.state.borrow_mut();
+        let timer = timeout.map(|delay| {
+            let deadline = deadline_after(Instant::now(), delay);
+            state.timers.add(deadline, None, Slot::Wake(key))
+        });
+        state.waiters.attach(key, watcher, timer);
+        Ok(Parked::Waiting(key))
+    }
+
+    /// Ends the wait under `key` (its watcher and timer are cancelled): its
+    /// resume callback, for the caller to call; `None` if it already ended.
+    pub fn unpark(&self, key: Key) -> Option<C> {
+        self.state.borrow_mut().unpark(key)
+    }
+
+    /// The wait `owner` is parked in, if any.
+    pub fn parked(&self, owner: u64) -> Option<Key> {
+        self.state.borrow().waiters.parked(owner)
+    }
+
+    /// Keeps `end` for `owner`'s next `park`, which returns it instead of
+    /// parking (a cancellation of an owner that is running).
+    pub fn set_pending(&self, owner: u64, end: C) {
+        self.state.borrow_mut().waiters.set_pending(owner, end);
+    }
+
+    /// Forgets `fd` and removes its watchers before its owner closes it;
+    /// the fibers waiting on it are resumed with [`Fire::Closed`].
+    pub fn release_fd(&self, fd: RawFd) {
+        self.release_fd_if(fd, None);
+    }
+
+    /// `release_fd`, if `fd`'s registration is still of `generation`.
+    fn release_fd_if(&self, fd: RawFd, generation: Option<u32>) {
+        let mut poller = self.poller.borrow_mut();
+        let Some(backend) = poller.backend.as_mut() else {
+            return;
+        };
+        let mut state = self.state.borrow_mut();
+        let current = state.registry.generation(fd);
+        if current.is_none() || (generation.is_some() && generation != current) {
+            return;
+        }
+        let removed = state.registry.release(backend, fd);
+        state.close_waits(removed);
     }
 
     /// Removes a watcher; `false` if it was not active. Never an error, even
@@ -269,10 +449,11 @@ impl<C: Clone> Loop<C> {
     pub fn alive(&self) -> bool {
         let state = self.state.borrow();
         !state.immediates.is_empty()
+            || !state.closed.is_empty()
             || !state.deferred.is_empty()
             || state.timers.referenced() > 0
             || state.registry.referenced() > 0
-            || self.shared.has_posts()
+            || self.shared.has_work()
     }
 
     pub fn stats(&self) -> Stats {
@@ -282,6 +463,7 @@ impl<C: Clone> Loop<C> {
             deferred: state.deferred.len(),
             timers: state.timers.len(),
             watchers: state.registry.len(),
+            waiters: state.waiters.len(),
             iterations: state.iterations,
             rebuilds: state.rebuilds,
         }
@@ -294,9 +476,19 @@ impl<C: Clone> Loop<C> {
             return false;
         };
         state.immediates.iter().for_each(&mut f);
+        state.closed.iter().for_each(&mut f);
         state.deferred.iter().for_each(&mut f);
-        state.timers.callbacks().for_each(&mut f);
-        state.registry.callbacks().for_each(&mut f);
+        state
+            .timers
+            .callbacks()
+            .filter_map(Slot::call)
+            .for_each(&mut f);
+        state
+            .registry
+            .callbacks()
+            .filter_map(Slot::call)
+            .for_each(&mut f);
+        state.waiters.callbacks().for_each(&mut f);
         self.shared.for_each_post(&mut f);
         true
     }
@@ -309,6 +501,8 @@ impl<C: Clone> Loop<C> {
         let dropped = (
             std::mem::take(&mut state.immediates),
             std::mem::take(&mut state.deferred),
+            std::mem::take(&mut state.closed),
+            state.waiters.clear(),
         );
         state.timers.clear();
         state.registry.clear();
@@ -374,8 +568,20 @@ impl<C: Clone> Loop<C> {
         self.run_deferred(driver)
     }
 
-    /// Phase 1: what was queued (or posted) before the phase began.
+    /// Phase 1: what was queued (or posted) before the phase began; first
+    /// the waiters whose fd was released or closed.
     fn run_immediates<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
+        for (fd, generation) in self.shared.take_releases() {
+            self.release_fd_if(fd, Some(generation));
+        }
+        let closed = self.state.borrow().closed.len();
+        for _ in 0..closed {
+            let next = self.state.borrow_mut().closed.pop_front();
+            let Some(callback) = next else { break };
+            driver
+                .invoke(callback, Fire::Closed)
+                .map_err(RunError::Callback)?;
+        }
         let count = {
             let mut state = self.state.borrow_mut();
             state.iterations += 1;
@@ -401,7 +607,11 @@ impl<C: Clone> Loop<C> {
             return Some(Duration::ZERO);
         }
         let mut state = self.state.borrow_mut();
-        if !state.immediates.is_empty() || !state.deferred.is_empty() || self.shared.has_posts() {
+        if !state.immediates.is_empty()
+            || !state.closed.is_empty()
+            || !state.deferred.is_empty()
+            || self.shared.has_work()
+        {
             return Some(Duration::ZERO);
         }
         let until_timer = state
@@ -423,6 +633,21 @@ impl<C: Clone> Loop<C> {
         driver: &mut D,
         timeout: Option<Duration>,
     ) -> Result<(), RunError<D::Error>> {
+        let blocked = self.wait_in_backend(driver, timeout)?;
+        if blocked {
+            // What interrupted the wait (a trap handler...) may call into the
+            // loop: it runs here, with nothing borrowed.
+            driver.after_block().map_err(RunError::Callback)?;
+        }
+        Ok(())
+    }
+
+    /// The backend wait of `poll`; `true` if the driver blocked.
+    fn wait_in_backend<D: Driver<C>>(
+        &self,
+        driver: &mut D,
+        timeout: Option<Duration>,
+    ) -> Result<bool, RunError<D::Error>> {
         let mut poller = self.poller.borrow_mut();
         let Poller { backend, events } = &mut *poller;
         let backend = backend.as_mut().ok_or(RunError::<D::Error>::Closed)?;
@@ -431,20 +656,23 @@ impl<C: Clone> Loop<C> {
                 .wait(events, Some(Duration::ZERO))
                 .map_err(RunError::Io)?;
             if !events.is_empty() {
-                return Ok(());
+                return Ok(false);
             }
         }
-        let result = if timeout == Some(Duration::ZERO) || !self.shared.prepare_block() {
-            backend.wait(events, Some(Duration::ZERO))
-        } else {
-            let outcome = driver.block(&self.shared.wake, &mut || backend.wait(events, timeout));
-            self.shared.after_block();
-            outcome.map_err(|e| {
-                events.clear();
-                RunError::Callback(e)
-            })?
-        };
-        result.map_err(RunError::Io)
+        if timeout == Some(Duration::ZERO) || !self.shared.prepare_block() {
+            backend
+                .wait(events, Some(Duration::ZERO))
+                .map_err(RunError::Io)?;
+            return Ok(false);
+        }
+        let outcome = driver.block(&self.shared.wake, &mut || backend.wait(events, timeout));
+        self.shared.after_block();
+        let result = outcome.map_err(|e| {
+            events.clear();
+            RunError::Callback(e)
+        })?;
+        result.map_err(RunError::Io)?;
+        Ok(true)
     }
 
     /// Phase 4: dispatch the events of this poll.
@@ -453,7 +681,12 @@ impl<C: Clone> Loop<C> {
             let mut poller = self.poller.borrow_mut();
             let Poller { backend, events } = &mut *poller;
             let backend = backend.as_mut().ok_or(RunError::<D::Error>::Closed)?;
-            let ingested = self.state.borrow_mut().registry.ingest(backend, events);
+            let ingested = {
+                let mut state = self.state.borrow_mut();
+                let ingested = state.registry.ingest(backend, events);
+                state.take_orphans();
+                ingested
+            };
             if ingested.woken {
                 self.shared.wake.drain();
             }
@@ -462,7 +695,17 @@ impl<C: Clone> Loop<C> {
             }
         }
         loop {
-            let next = self.state.borrow_mut().registry.next_ready();
+            let next = {
+                let mut state = self.state.borrow_mut();
+                loop {
+                    let Some((slot, ready)) = state.registry.next_ready() else {
+                        break None;
+                    };
+                    if let Some(callback) = state.fired(slot) {
+                        break Some((callback, ready));
+                    }
+                }
+            };
             let Some((callback, ready)) = next else { break };
             driver
                 .invoke(callback, Fire::Io(ready))
@@ -521,7 +764,8 @@ impl<C: Clone> Loop<C> {
                 let fired = {
                     let mut state = self.state.borrow_mut();
                     prefetch_ahead(&state.timers, driver, &batch.due[batch.next..]);
-                    state.timers.fire(due, Instant::now)
+                    let slot = state.timers.fire(due, Instant::now);
+                    slot.and_then(|slot| state.fired(slot))
                 };
                 batch.next += 1;
                 if let Some(callback) = fired {
@@ -560,12 +804,16 @@ const PREFETCH: usize = 4;
 /// previous one arrived: the slot `3 * PREFETCH` timers ahead, the
 /// callback's object `2 * PREFETCH` ahead, what that points to `PREFETCH`
 /// ahead.
-fn prefetch_ahead<C: Clone, D: Driver<C>>(timers: &Timers<C>, driver: &D, due: &[Due]) {
+fn prefetch_ahead<C: Clone, D: Driver<C>>(timers: &Timers<Slot<C>>, driver: &D, due: &[Due]) {
     if let Some(&ahead) = due.get(3 * PREFETCH) {
         timers.prefetch(ahead);
     }
     for (level, distance) in [(0, 2 * PREFETCH), (1, PREFETCH)] {
-        if let Some(callback) = due.get(distance).and_then(|&ahead| timers.peek(ahead)) {
+        if let Some(callback) = due
+            .get(distance)
+            .and_then(|&ahead| timers.peek(ahead))
+            .and_then(Slot::call)
+        {
             driver.prefetch(callback, level);
         }
     }

@@ -73,6 +73,7 @@ pub struct Registry<C> {
     referenced: usize,
     ready: Vec<(Key, Interest)>,
     cursor: usize,
+    orphans: Vec<C>,
 }
 
 impl<C> Default for Registry<C> {
@@ -84,6 +85,7 @@ impl<C> Default for Registry<C> {
             referenced: 0,
             ready: Vec::new(),
             cursor: 0,
+            orphans: Vec::new(),
         }
     }
 }
@@ -103,6 +105,8 @@ impl<C: Clone> Registry<C> {
         }
         let slot = fd as usize;
         if self.fds.len() <= slot {
+            // The table grows to the fd number: only for a real descriptor.
+            crate::sys::check_open(fd)?;
             self.fds.resize_with(slot + 1, || None);
         }
         let generation = self.next_generation;
@@ -118,11 +122,13 @@ impl<C: Clone> Registry<C> {
                 self.next_generation = generation.wrapping_add(1);
                 self.fds[slot] = Some(entry);
             }
-            Some(entry) if entry.watchers.is_empty() && same_owner(&entry.pin, &pin) => {
+            Some(entry) if same_owner(&entry.pin, &pin) => {
                 let wanted = entry.kernel | interest;
                 if wanted != entry.kernel {
-                    backend.reregister(fd, entry.token(fd), wanted)?;
-                    entry.kernel = wanted;
+                    if let Err(e) = backend.reregister(fd, entry.token(fd), wanted) {
+                        return Err(self.gone(backend, fd, e));
+                    }
+                    self.entry_mut(fd).kernel = wanted;
                 }
             }
             Some(entry) if entry.watchers.is_empty() => {
@@ -140,11 +146,18 @@ impl<C: Clone> Registry<C> {
                 entry.pin = pin;
             }
             Some(entry) => {
+                // Another owner while watchers wait: the same open file under a
+                // second IO object, or a new file under a number whose old file
+                // was closed behind the loop's back. The kernel tells them apart.
                 let wanted = entry.kernel | interest;
-                if wanted != entry.kernel {
-                    backend.reregister(fd, entry.token(fd), wanted)?;
-                    entry.kernel = wanted;
+                if let Err(e) = backend.reregister(fd, entry.token(fd), wanted) {
+                    let e = self.gone(backend, fd, e);
+                    if e.raw_os_error() != Some(libc::ENOENT) {
+                        return Err(e);
+                    }
+                    return self.add(backend, fd, interest, oneshot, callback, pin);
                 }
+                self.entry_mut(fd).kernel = wanted;
             }
         }
         let key = self.watchers.insert(Watcher {
@@ -157,6 +170,38 @@ impl<C: Clone> Registry<C> {
         self.referenced += 1;
         self.entry_mut(fd).watchers.push(key);
         Ok(key)
+    }
+
+    /// The kernel refused `fd`'s registration with `error`. If that says the
+    /// file it was made for is gone (closed, its number maybe reused), the
+    /// fd's watchers are orphaned (see [`Registry::take_orphans`]) and the
+    /// entry forgotten. Returns the error.
+    fn gone(&mut self, backend: &mut Backend, fd: RawFd, error: io::Error) -> io::Error {
+        if matches!(error.raw_os_error(), Some(libc::EBADF | libc::ENOENT)) {
+            let orphans = self.release(backend, fd);
+            self.orphans.extend(orphans);
+        }
+        error
+    }
+
+    /// Callbacks of watchers removed because their fd turned out closed
+    /// (the loop wakes them with a closed outcome).
+    pub fn take_orphans(&mut self) -> Vec<C> {
+        std::mem::take(&mut self.orphans)
+    }
+
+    pub fn has_orphans(&self) -> bool {
+        !self.orphans.is_empty()
+    }
+
+    /// The generation of `fd`'s registration, if it has one.
+    pub fn generation(&self, fd: RawFd) -> Option<u32> {
+        Some(
+            self.fds
+                .get(usize::try_from(fd).ok()?)?
+                .as_ref()?
+                .generation,
+        )
     }
 
     /// Removes a watcher; `None` if it was already gone. Costs no syscall.
@@ -176,7 +221,7 @@ impl<C: Clone> Registry<C> {
     /// (none fires later, even for an event already polled) and so is the
     /// kernel registration, so the fd number is clean for its next owner.
     pub fn release(&mut self, backend: &mut Backend, fd: RawFd) -> Vec<C> {
-        let Some(Some(entry)) = self.fds.get_mut(fd as usize) else {
+        let Some(Some(entry)) = usize::try_from(fd).ok().and_then(|i| self.fds.get_mut(i)) else {
             return Vec::new();
         };
         let keys = std::mem::take(&mut entry.watchers);
@@ -218,7 +263,11 @@ impl<C: Clone> Registry<C> {
             .fds
             .iter()
             .filter_map(|e| e.as_ref()?.pin.as_ref().map(|p| &p.keep));
-        self.watchers.values().map(|w| &w.callback).chain(pins)
+        self.watchers
+            .values()
+            .map(|w| &w.callback)
+            .chain(pins)
+            .chain(&self.orphans)
     }
 
     /// Turns kernel events into a ready list of (watcher, interest) and trims
@@ -261,8 +310,11 @@ impl<C: Clone> Registry<C> {
                 self.forget(backend, fd);
             } else if entry.kernel != wanted && !(event.ready & Interest::BOTH).is_empty() {
                 let unwanted = event.ready.bits() & !wanted.bits();
-                if unwanted != 0 && backend.reregister(fd, entry.token(fd), wanted).is_ok() {
-                    entry.kernel = wanted;
+                if unwanted != 0 {
+                    match backend.reregister(fd, entry.token(fd), wanted) {
+                        Ok(()) => entry.kernel = wanted,
+                        Err(e) => drop(self.gone(backend, fd, e)),
+                    }
                 }
             }
         }
@@ -312,6 +364,7 @@ impl<C: Clone> Registry<C> {
     }
 
     pub fn clear(&mut self) {
+        self.orphans.clear();
         self.watchers.clear();
         self.fds.clear();
         self.ready.clear();

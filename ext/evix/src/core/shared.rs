@@ -2,10 +2,12 @@
 //! waker. Wake-ups coalesce: the waker is written only while the loop is
 //! blocked (or about to block) and no wake is already pending.
 
+use super::closing::ReleaseSink;
 use crate::sys::{wake_fd, Waker};
 use std::io;
+use std::os::unix::io::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::SeqCst};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug)]
 pub struct Wake {
@@ -79,9 +81,27 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Requests from other threads (or other loops) to release an fd that is
+/// being closed: (fd, generation of the registration to release).
+#[derive(Debug)]
+pub struct Releases {
+    requests: Mutex<Vec<(RawFd, u32)>>,
+    pending: AtomicBool,
+    wake: Arc<Wake>,
+}
+
+impl ReleaseSink for Releases {
+    fn request_release(&self, fd: RawFd, generation: u32) {
+        lock(&self.requests).push((fd, generation));
+        self.pending.store(true, SeqCst);
+        self.wake.wake();
+    }
+}
+
 #[derive(Debug)]
 pub struct Shared<C> {
-    pub wake: Wake,
+    pub wake: Arc<Wake>,
+    releases: Arc<Releases>,
     posts: Mutex<Vec<C>>,
     has_posts: AtomicBool,
     closed: AtomicBool,
@@ -93,8 +113,14 @@ pub struct Closed<C>(pub C);
 
 impl<C> Shared<C> {
     pub fn new() -> io::Result<Shared<C>> {
+        let wake = Arc::new(Wake::new()?);
         Ok(Shared {
-            wake: Wake::new()?,
+            releases: Arc::new(Releases {
+                requests: Mutex::new(Vec::new()),
+                pending: AtomicBool::new(false),
+                wake: Arc::clone(&wake),
+            }),
+            wake,
             posts: Mutex::new(Vec::new()),
             has_posts: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -118,6 +144,26 @@ impl<C> Shared<C> {
         self.has_posts.load(SeqCst)
     }
 
+    /// Whether posts or release requests wait to be taken.
+    pub fn has_work(&self) -> bool {
+        self.has_posts() || self.releases.pending.load(SeqCst)
+    }
+
+    /// What other threads use to ask this loop to release an fd.
+    pub fn release_sink(&self) -> Arc<dyn ReleaseSink> {
+        self.releases.clone()
+    }
+
+    /// The release requests made so far, in order.
+    pub fn take_releases(&self) -> Vec<(RawFd, u32)> {
+        if !self.releases.pending.load(SeqCst) {
+            return Vec::new();
+        }
+        let mut requests = lock(&self.releases.requests);
+        self.releases.pending.store(false, SeqCst);
+        std::mem::take(&mut *requests)
+    }
+
     /// Moves posted callbacks, in order, to the end of `queue`.
     pub fn take_posts(&self, queue: &mut impl Extend<C>) {
         if self.has_posts() {
@@ -131,7 +177,7 @@ impl<C> Shared<C> {
     /// (the caller must not block then).
     pub fn prepare_block(&self) -> bool {
         self.wake.sleeping.store(true, SeqCst);
-        if self.has_posts() {
+        if self.has_work() {
             self.wake.sleeping.store(false, SeqCst);
             return false;
         }

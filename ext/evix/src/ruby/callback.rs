@@ -5,18 +5,35 @@
 use super::{errors, nogvl};
 use crate::core::{Driver, Fire, Wake};
 use magnus::{
-    block::Proc, gc::Marker, rb_sys::AsRawValue, value::Opaque, Error, Fiber, Ruby, Value,
+    block::Proc,
+    gc::Marker,
+    prelude::*,
+    rb_sys::AsRawValue,
+    value::{LazyId, Opaque},
+    Error, Fiber, IntoValue, Ruby, Value,
 };
 use std::io;
 
 #[derive(Clone, Copy)]
 enum Target {
     Block(Opaque<Proc>),
-    /// Resumed directly with the ready bits (or nil from a timer): a waiting
-    /// fiber costs no Proc and no extra call.
-    Fiber(Opaque<Fiber>),
+    /// A parked fiber, resumed with what ended its wait: the ready bits
+    /// (I/O), nil (timer), `:closed` (its fd was released), or the value in
+    /// `keep` (a wake). A waiting fiber costs no Proc and no extra call.
+    Fiber(Opaque<Fiber>, Switch),
+    /// Raises the exception in `keep` in the fiber (a cancellation).
+    Raise(Opaque<Fiber>, Switch),
     /// Only kept alive (a pinned IO).
     Nothing,
+}
+
+/// How a parked fiber is switched back to: the loop transfers to the fibers
+/// it runs; a fiber that user code resumed outside the loop's run suspended
+/// with `Fiber.yield` and is resumed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    Transfer,
+    Resume,
 }
 
 #[derive(Clone, Copy)]
@@ -24,6 +41,8 @@ pub struct Callback {
     target: Target,
     keep: Option<Opaque<Value>>,
 }
+
+static CLOSED: LazyId = LazyId::new("closed");
 
 impl Callback {
     pub fn new(block: Proc) -> Callback {
@@ -40,10 +59,10 @@ impl Callback {
         }
     }
 
-    pub fn resume(fiber: Fiber, keep: Option<Value>) -> Callback {
+    pub fn resume(fiber: Fiber, switch: Switch) -> Callback {
         Callback {
-            target: Target::Fiber(fiber.into()),
-            keep: keep.map(Into::into),
+            target: Target::Fiber(fiber.into(), switch),
+            keep: None,
         }
     }
 
@@ -54,13 +73,43 @@ impl Callback {
         }
     }
 
+    /// This fiber's resume, delivering `value` when called as an immediate.
+    pub fn with_value(self, value: Value) -> Callback {
+        Callback {
+            target: self.target,
+            keep: Some(value.into()),
+        }
+    }
+
+    /// This fiber's resume turned into raising `exception` in it.
+    pub fn raising(self, exception: Value) -> Callback {
+        let target = match self.target {
+            Target::Fiber(fiber, switch) | Target::Raise(fiber, switch) => {
+                Target::Raise(fiber, switch)
+            }
+            other => other,
+        };
+        Callback {
+            target,
+            keep: Some(exception.into()),
+        }
+    }
+
+    /// The exception a `raising` callback carries.
+    pub fn exception(&self, ruby: &Ruby) -> Option<Value> {
+        match self.target {
+            Target::Raise(..) => self.keep.map(|keep| ruby.get_inner(keep)),
+            _ => None,
+        }
+    }
+
     /// The loop's mark function calls this for everything it holds: the loop
     /// is not write-barrier protected, so that is what keeps these objects
     /// alive across minor GCs as well as full ones.
     pub fn mark(&self, marker: &Marker) {
         match self.target {
             Target::Block(block) => marker.mark(block),
-            Target::Fiber(fiber) => marker.mark(fiber),
+            Target::Fiber(fiber, _) | Target::Raise(fiber, _) => marker.mark(fiber),
             Target::Nothing => {}
         }
         if let Some(keep) = self.keep {
@@ -78,26 +127,39 @@ impl Driver<Callback> for RubyDriver<'_> {
     type Error = Error;
 
     fn invoke(&mut self, callback: Callback, fire: Fire) -> Result<(), Error> {
+        let ruby = self.ruby;
         match callback.target {
             Target::Block(block) => {
                 // Straight into the VM's block call: `Proc::call` would
                 // allocate an Array per dispatch, and `funcall(:call)` looks
                 // the method up each time.
-                let block = self.ruby.get_inner(block);
+                let block = ruby.get_inner(block);
                 let arg = match fire {
-                    Fire::Io(ready) => Some(self.ruby.into_value(ready.bits())),
+                    Fire::Io(ready) => Some(ruby.into_value(ready.bits())),
                     _ => None,
                 };
-                nogvl::call_proc(self.ruby, block, arg)
+                nogvl::call_proc(ruby, block, arg)
             }
-            Target::Fiber(fiber) => {
-                let fiber = self.ruby.get_inner(fiber);
+            Target::Fiber(fiber, switch) => {
+                let fiber = ruby.get_inner(fiber);
                 if !fiber.is_alive() {
                     return Ok(());
                 }
-                match fire {
-                    Fire::Io(ready) => fiber.resume::<_, Value>((ready.bits(),)).map(drop),
-                    _ => fiber.resume::<_, Value>((self.ruby.qnil(),)).map(drop),
+                let value = match fire {
+                    Fire::Io(ready) => ruby.into_value(ready.bits()),
+                    Fire::Timer => ruby.qnil().as_value(),
+                    Fire::Closed => CLOSED.into_value_with(ruby),
+                    Fire::Immediate | Fire::Deferred => callback
+                        .keep
+                        .map_or_else(|| ruby.qnil().as_value(), |keep| ruby.get_inner(keep)),
+                };
+                switch_to(fiber, switch, value)
+            }
+            Target::Raise(fiber, _) => {
+                let fiber = ruby.get_inner(fiber);
+                match callback.keep.map(|keep| ruby.get_inner(keep)) {
+                    Some(exception) if fiber.is_alive() => raise_in(ruby, fiber, exception),
+                    _ => Ok(()),
                 }
             }
             Target::Nothing => Ok(()),
@@ -125,11 +187,33 @@ impl Driver<Callback> for RubyDriver<'_> {
         wake: &Wake,
         wait: &mut dyn FnMut() -> io::Result<()>,
     ) -> Result<io::Result<()>, Error> {
-        match nogvl::without_gvl(wait, &|| wake.force_from_signal())? {
-            Some(result) => Ok(result),
-            None => Err(errors::evix(self.ruby, "the backend wait panicked")),
+        match nogvl::without_gvl(wait, &|| wake.force_from_signal()) {
+            nogvl::Blocked::Done(result) => Ok(result),
+            // An interrupt was already pending: `after_block` handles it.
+            nogvl::Blocked::Interrupted => Ok(Ok(())),
+            nogvl::Blocked::Panicked => Err(errors::evix(self.ruby, "the backend wait panicked")),
         }
     }
+
+    fn after_block(&mut self) -> Result<(), Error> {
+        nogvl::check_interrupts(self.ruby)
+    }
+}
+
+/// Switches to a parked fiber with `value`; returns when control comes back.
+pub fn switch_to(fiber: Fiber, switch: Switch, value: Value) -> Result<(), Error> {
+    match switch {
+        Switch::Transfer => fiber.transfer::<_, Value>((value,)).map(drop),
+        Switch::Resume => fiber.resume::<_, Value>((value,)).map(drop),
+    }
+}
+
+/// Raises `exception` in a parked fiber (Fiber#raise transfers to a fiber
+/// that suspended by transfer, and resumes one that yielded).
+pub fn raise_in(ruby: &Ruby, fiber: Fiber, exception: Value) -> Result<(), Error> {
+    let exception = magnus::Exception::from_value(exception)
+        .ok_or_else(|| errors::type_error(ruby, "exception expected".into()))?;
+    fiber.raise::<Value>(exception).map(drop)
 }
 
 /// The block given to the current method, or ArgumentError naming `method`.

@@ -1,15 +1,44 @@
 //! Error classes (defined in lib/evix.rb, looked up here) and the
 //! conversions from Rust errors to the exceptions DESIGN.md §5 names.
 
-use magnus::{prelude::*, value::Lazy, Error, ExceptionClass, RModule, Ruby};
+use magnus::{prelude::*, value::Opaque, Error, ExceptionClass, RModule, Ruby};
 use std::io;
+use std::sync::OnceLock;
 
-static EVIX: Lazy<RModule> = Lazy::new(|ruby| ruby.define_module("Evix").expect("Evix module"));
+/// evix's own error classes (defined in lib/evix.rb before the extension is
+/// loaded), looked up once by `init`: a lookup at first use would take a
+/// lock that a second thread holding the GVL could wait on forever.
+struct Classes {
+    error: Opaque<ExceptionClass>,
+    closed: Opaque<ExceptionClass>,
+}
+
+static CLASSES: OnceLock<Classes> = OnceLock::new();
+
+pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
+    let class = |name: &str| -> Result<Opaque<ExceptionClass>, Error> {
+        let class: ExceptionClass = evix.const_get(name)?;
+        ruby.gc_register_mark_object(class);
+        Ok(class.into())
+    };
+    let classes = Classes {
+        error: class("Error")?,
+        closed: class("ClosedError")?,
+    };
+    let _ = CLASSES.set(classes);
+    Ok(())
+}
+
+fn classes() -> &'static Classes {
+    CLASSES.get().expect("errors::init ran in Init_evix")
+}
 
 fn evix_class(ruby: &Ruby, name: &str) -> ExceptionClass {
-    ruby.get_inner(&EVIX)
-        .const_get(name)
-        .unwrap_or_else(|_| ruby.exception_runtime_error())
+    let classes = classes();
+    ruby.get_inner(match name {
+        "ClosedError" => classes.closed,
+        _ => classes.error,
+    })
 }
 
 /// `Evix::Error`: misuse of a loop (wrong thread, after fork, re-entry).
@@ -20,6 +49,14 @@ pub fn evix(ruby: &Ruby, msg: impl Into<std::borrow::Cow<'static, str>>) -> Erro
 /// `Evix::ClosedError`.
 pub fn closed(ruby: &Ruby, what: &str) -> Error {
     Error::new(evix_class(ruby, "ClosedError"), format!("{what} is closed"))
+}
+
+/// `Evix::ClosedError` for a wait whose IO was released or closed meanwhile.
+pub fn closed_while_waiting(ruby: &Ruby) -> Error {
+    Error::new(
+        evix_class(ruby, "ClosedError"),
+        "IO was closed while waiting",
+    )
 }
 
 /// Whether `error` is an `Evix::ClosedError`.

@@ -1,18 +1,22 @@
 //! `Evix::Loop`: the Rust loop core as a Ruby object.
 
 use super::args;
-use super::callback::{required_block, Callback, RubyDriver};
+use super::callback::{required_block, Callback, RubyDriver, Switch};
 use super::errors;
 use super::nogvl;
 use super::timer::RbTimer;
 use super::watcher::RbWatcher;
-use crate::core::{Loop, Pin, RunError, RunMode};
+use crate::core::{Driver, Fire, Key, Loop, Parked, Pin, RunError, RunMode};
+use crate::sys::Interest;
 use crate::sys::{fork, BackendKind};
 use magnus::rb_sys::AsRawValue;
 use magnus::{
     function, gc::Marker, method, prelude::*, scan_args, typed_data::Obj, value::LazyId,
-    DataTypeFunctions, Error, RFile, RHash, RModule, Ruby, Symbol, TryConvert, TypedData, Value,
+    value::Opaque, DataTypeFunctions, Error, Fiber, IntoValue, RFile, RHash, RModule, Ruby, Symbol,
+    TryConvert, TypedData, Value,
 };
+use std::cell::Cell;
+use std::os::unix::io::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -24,6 +28,7 @@ static CLOSED: LazyId = LazyId::new("closed?");
 static FILENO: LazyId = LazyId::new("fileno");
 static REPEAT: LazyId = LazyId::new("repeat");
 static BACKEND: LazyId = LazyId::new("backend");
+static CLOSED_OUTCOME: LazyId = LazyId::new("closed");
 
 /// `IO#reopen` calls so far, process-wide: part of every pin's identity,
 /// because a reopen puts another file under the same IO object and fd.
@@ -48,6 +53,12 @@ pub struct RbLoop {
     core: Loop<Callback>,
     owner: u64,
     fork_generation: u64,
+    /// The fiber a parked fiber switches to: the one running `run`/`run_once`
+    /// (or starting a fiber with `start` while the loop is not running).
+    home: Cell<Option<Opaque<Fiber>>>,
+    /// Descriptors the loop owns besides its backend (the signal pipe's read
+    /// end): `add_io`, `wait_io` and `release_io` refuse them.
+    reserved: Cell<RawFd>,
 }
 
 impl DataTypeFunctions for RbLoop {
@@ -56,6 +67,45 @@ impl DataTypeFunctions for RbLoop {
             .core
             .for_each_callback(|callback| callback.mark(marker));
         debug_assert!(visited, "loop state borrowed during GC mark");
+        if let Some(home) = self.home.get() {
+            marker.mark(home);
+        }
+    }
+}
+
+/// Sets a loop's home fiber for a scope, restoring the previous one after.
+struct Home<'a> {
+    home: &'a Cell<Option<Opaque<Fiber>>>,
+    previous: Option<Opaque<Fiber>>,
+}
+
+impl<'a> Home<'a> {
+    fn enter(home: &'a Cell<Option<Opaque<Fiber>>>, fiber: Fiber) -> Home<'a> {
+        let previous = home.replace(Some(fiber.into()));
+        Home { home, previous }
+    }
+}
+
+impl Drop for Home<'_> {
+    fn drop(&mut self) {
+        self.home.set(self.previous);
+    }
+}
+
+/// A fiber's identity as a waiter: its address.
+fn owner_of(fiber: Fiber) -> u64 {
+    fiber.as_raw()
+}
+
+/// A wait's key as the Integer token Ruby code holds.
+fn token(key: Key) -> u64 {
+    (u64::from(key.generation) << 32) | u64::from(key.index)
+}
+
+fn key_of(token: u64) -> Key {
+    Key {
+        index: token as u32,
+        generation: (token >> 32) as u32,
     }
 }
 
@@ -70,7 +120,95 @@ impl RbLoop {
             core,
             owner: current_thread(),
             fork_generation: fork::generation(),
+            home: Cell::new(None),
+            reserved: Cell::new(-1),
         })
+    }
+
+    /// Refuses the loop's own descriptors (its waker, the signal pipe).
+    fn check_not_reserved(&self, ruby: &Ruby, fd: RawFd) -> Result<(), Error> {
+        let waker = self.core.shared().wake.fd();
+        if Some(fd) == waker || fd == self.reserved.get() {
+            return Err(errors::argument(
+                ruby,
+                format!("fd {fd} belongs to the loop itself (its waker or signal pipe)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `reserve_fd(io)`, private: marks the signal pipe's read end as the loop's own.
+    fn reserve_fd(ruby: &Ruby, rb_self: &Self, target: Value) -> Result<(), Error> {
+        let (fd, _) = descriptor(ruby, target)?;
+        rb_self.reserved.set(fd);
+        Ok(())
+    }
+
+    /// Parks the calling fiber on the loop until the wait ends (see
+    /// `core::Loop::park`) and returns what ended it. `on_park` gets the
+    /// wait's token before the fiber switches away.
+    fn park_current(
+        &self,
+        ruby: &Ruby,
+        core: &Loop<Callback>,
+        io: Option<(RawFd, Interest, Option<Pin<Callback>>)>,
+        timeout: Option<Duration>,
+        on_park: impl FnOnce(u64) -> Result<(), Error>,
+    ) -> Result<Value, Error> {
+        let fiber = ruby.fiber_current();
+        let home = self.home.get().map(|home| ruby.get_inner(home));
+        let switch = match home {
+            Some(home) if home.as_raw() == fiber.as_raw() => {
+                return Err(errors::evix(
+                    ruby,
+                    "the fiber that runs the loop cannot wait on it; wait inside a task",
+                ))
+            }
+            Some(_) => Switch::Transfer,
+            None => Switch::Resume,
+        };
+        let resume = Callback::resume(fiber, switch);
+        let parked = errors::guard(ruby, || {
+            core.park(owner_of(fiber), resume, io, timeout)
+                .map_err(|e| errors::os(ruby, e, "wait"))
+        })?;
+        let key = match parked {
+            Parked::Waiting(key) => key,
+            Parked::Pending(end) => {
+                return Err(match end.exception(ruby) {
+                    Some(exception) => {
+                        Error::from(magnus::Exception::from_value(exception).ok_or_else(|| {
+                            errors::evix(ruby, "a pending end of wait that is not an exception")
+                        })?)
+                    }
+                    None => errors::evix(ruby, "a pending end of wait that is not an exception"),
+                });
+            }
+        };
+        if let Err(e) = on_park(token(key)) {
+            core.unpark(key);
+            return Err(e);
+        }
+        let result = match home {
+            Some(home) => home.transfer::<_, Value>(()),
+            None => ruby.fiber_yield::<_, Value>(()).map_err(|e| {
+                let fiber_error = ruby
+                    .class_object()
+                    .const_get::<_, magnus::RClass>("FiberError");
+                if fiber_error.is_ok_and(|class| e.is_kind_of(class)) {
+                    errors::evix(
+                        ruby,
+                        "Evix::Loop waits must be made inside a task or a fiber the loop runs",
+                    )
+                } else {
+                    e
+                }
+            }),
+        };
+        // However the wait ended (a trigger, a wake, an exception raised into
+        // the fiber), nothing of it may fire later.
+        core.unpark(key);
+        result
     }
 
     /// The core, after the checks every method but post/wakeup/closed? makes.
@@ -181,6 +319,7 @@ impl RbLoop {
     ) -> Result<Obj<RbWatcher>, Error> {
         let core = rb_self.usable(ruby)?;
         let (fd, keep) = descriptor(ruby, target)?;
+        rb_self.check_not_reserved(ruby, fd)?;
         let (interest, oneshot) = args::events(ruby, events)?;
         let block = required_block(ruby, "add_io")?;
         let callback = match keep {
@@ -196,52 +335,165 @@ impl RbLoop {
     }
 
     /// Suspends the calling fiber until `io` is ready for `events` and
-    /// returns the ready bits, or nil once `timeout` passed. Whatever else
-    /// resumes the fiber meanwhile is returned as is. The fd's registration
-    /// is pinned to `io` (see `core::Pin`), so waiting again costs no syscall.
+    /// returns the ready bits, or nil once `timeout` passed; raises
+    /// `Evix::ClosedError` if the IO is released or closed meanwhile. The
+    /// fd's registration is pinned to `io` (see `core::Pin`), so waiting
+    /// again costs no syscall.
     pub(super) fn wait_io(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
-        let core = Self::this(ruby, &rb_self)?.usable(ruby)?;
+        let this = Self::this(ruby, &rb_self)?;
+        let core = this.usable(ruby)?;
         args::arity(ruby, args, 2, 3)?;
         let (fd, keep) = descriptor(ruby, args[0])?;
+        this.check_not_reserved(ruby, fd)?;
         let (interest, _) = args::events(ruby, args[1])?;
         let timeout = args::optional_seconds(ruby, args::optional(args, 2), "timeout")?;
-        let fiber = ruby.fiber_current();
-        let resume = Callback::resume(fiber, keep);
-        // The pin keeps the same IO alive as `resume`; the loop's mark
-        // reaches both. (The core drops it unless the fd's registration is
-        // new or changes owner.)
+        // The pin keeps the IO alive; the loop's mark reaches it. (The core
+        // drops it unless the fd's registration is new or changes owner.)
         let pin = keep.map(|io| Pin {
             owner: (io.as_raw(), REOPENS.load(Ordering::Relaxed)),
             keep: Callback::keep_alive(io),
         });
-        let watcher = errors::guard(ruby, || {
-            core.add_watcher(fd, interest, true, resume, pin)
-                .map_err(|e| errors::os(ruby, e, &format!("wait_io(fd {fd})")))
-        })?;
-        let timer = timeout.map(|t| core.add_timer(t, None, resume));
-        let result = ruby.fiber_yield::<_, Value>(());
-        // Whatever resumed us, neither may fire later.
-        core.cancel_watcher(watcher);
-        if let Some(timer) = timer {
-            core.cancel_timer(timer);
+        let outcome =
+            this.park_current(ruby, core, Some((fd, interest, pin)), timeout, |_| Ok(()))?;
+        if outcome.as_raw() == CLOSED_OUTCOME.into_value_with(ruby).as_raw() {
+            return Err(errors::closed_while_waiting(ruby));
         }
-        result
+        Ok(outcome)
     }
 
-    /// Suspends the calling fiber until something resumes it, or until
-    /// `timeout` seconds passed (then it returns nil); returns what it was
-    /// resumed with. One timer and no Ruby object per call.
+    /// `suspend(timeout = nil) { |token| }`: suspends the calling fiber until
+    /// `resume(token, value)` (then it returns value) or until `timeout`
+    /// seconds passed (then nil). The block gets the wait's token first.
     pub(super) fn suspend(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
-        let core = Self::this(ruby, &rb_self)?.usable(ruby)?;
+        let this = Self::this(ruby, &rb_self)?;
+        let core = this.usable(ruby)?;
         args::arity(ruby, args, 0, 1)?;
         let timeout = args::optional_seconds(ruby, args::optional(args, 0), "timeout")?;
-        let resume = Callback::resume(ruby.fiber_current(), None);
-        let timer = timeout.map(|t| core.add_timer(t, None, resume));
-        let result = ruby.fiber_yield::<_, Value>(());
-        if let Some(timer) = timer {
-            core.cancel_timer(timer);
+        let block = ruby.block_given().then(|| ruby.block_proc()).transpose()?;
+        this.park_current(ruby, core, None, timeout, |token| match block {
+            Some(block) => block.call::<_, Value>((token,)).map(drop),
+            None => Ok(()),
+        })
+    }
+
+    /// `suspend` for the scheduler's `block`/`kernel_sleep` hooks: `on_park`
+    /// gets the wait's token (for `unblock`).
+    pub(super) fn suspend_with(
+        ruby: &Ruby,
+        rb_self: Value,
+        timeout: Option<Value>,
+        on_park: impl FnOnce(u64) -> Result<(), Error>,
+    ) -> Result<Value, Error> {
+        let this = Self::this(ruby, &rb_self)?;
+        let core = this.usable(ruby)?;
+        let timeout = args::optional_seconds(ruby, timeout, "timeout")?;
+        this.park_current(ruby, core, None, timeout, on_park)
+    }
+
+    /// `resume(token, value = nil)`: ends the wait of `token` (from
+    /// `suspend`'s block) with `value`; false if that wait already ended.
+    /// From the fiber running the loop the waiter runs now; from another
+    /// fiber it runs on the next tick.
+    fn resume(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<bool, Error> {
+        let core = rb_self.usable(ruby)?;
+        args::arity(ruby, args, 1, 2)?;
+        let token = u64::try_convert(args[0])?;
+        let value = args::optional(args, 1).unwrap_or_else(|| ruby.qnil().as_value());
+        match errors::guard(ruby, || Ok(core.unpark(key_of(token))))? {
+            Some(resume) => {
+                rb_self.deliver(ruby, core, resume.with_value(value))?;
+                Ok(true)
+            }
+            None => Ok(false),
         }
-        result
+    }
+
+    /// `interrupt(fiber, exception)`: raises `exception` in `fiber` at its
+    /// current wait on this loop, or at its next one if it is not waiting.
+    fn interrupt(ruby: &Ruby, rb_self: &Self, fiber: Fiber, exception: Value) -> Result<(), Error> {
+        let core = rb_self.usable(ruby)?;
+        if magnus::Exception::from_value(exception).is_none() {
+            return Err(errors::type_error(
+                ruby,
+                format!(
+                    "exception must be an Exception (got {})",
+                    errors::describe(exception)
+                ),
+            ));
+        }
+        if fiber.as_raw() == ruby.fiber_current().as_raw() {
+            return Err(Error::from(
+                magnus::Exception::from_value(exception).expect("checked"),
+            ));
+        }
+        let owner = owner_of(fiber);
+        let resume = errors::guard(ruby, || {
+            Ok(core.parked(owner).and_then(|key| core.unpark(key)))
+        })?;
+        match resume {
+            Some(resume) => rb_self.deliver(ruby, core, resume.raising(exception)),
+            None => {
+                let end = Callback::resume(fiber, Switch::Transfer).raising(exception);
+                errors::guard(ruby, || {
+                    core.set_pending(owner, end);
+                    Ok(())
+                })
+            }
+        }
+    }
+
+    /// `start(fiber)`: runs a new fiber now, by transfer, so that it waits
+    /// on this loop like any task. The caller goes on when the fiber first
+    /// waits or ends; a caller that is itself a fiber of the loop is parked
+    /// meanwhile and resumed on the next tick.
+    fn start(ruby: &Ruby, rb_self: &Self, fiber: Fiber) -> Result<(), Error> {
+        let core = rb_self.usable(ruby)?;
+        let current = ruby.fiber_current();
+        match rb_self.home.get().map(|home| ruby.get_inner(home)) {
+            Some(home) if home.as_raw() != current.as_raw() => {
+                // Parked with a timer due at once: a wake that a cancellation
+                // can still take back, unlike a plain next_tick.
+                let resume = Callback::resume(current, Switch::Transfer);
+                let parked = errors::guard(ruby, || {
+                    core.park(owner_of(current), resume, None, Some(Duration::ZERO))
+                        .map_err(|e| errors::os(ruby, e, "start"))
+                })?;
+                let result = fiber.transfer::<_, Value>(()).map(drop);
+                match parked {
+                    Parked::Waiting(key) => {
+                        core.unpark(key);
+                    }
+                    Parked::Pending(end) => core.next_tick(end),
+                }
+                result
+            }
+            Some(_) => fiber.transfer::<_, Value>(()).map(drop),
+            None => {
+                let _home = Home::enter(&rb_self.home, current);
+                fiber.transfer::<_, Value>(()).map(drop)
+            }
+        }
+    }
+
+    /// Resumes a waiter whose wait was ended by a wake or a cancellation:
+    /// now from the fiber running the loop (or from outside a run, which
+    /// then is where the waiter comes back to when it waits again), else on
+    /// the next tick.
+    fn deliver(&self, ruby: &Ruby, core: &Loop<Callback>, resume: Callback) -> Result<(), Error> {
+        let current = ruby.fiber_current();
+        match self.home.get().map(|home| ruby.get_inner(home)) {
+            Some(home) if home.as_raw() == current.as_raw() => {
+                RubyDriver { ruby }.invoke(resume, Fire::Immediate)
+            }
+            Some(_) => {
+                core.next_tick(resume);
+                Ok(())
+            }
+            None => {
+                let _home = Home::enter(&self.home, current);
+                RubyDriver { ruby }.invoke(resume, Fire::Immediate)
+            }
+        }
     }
 
     /// Called before any `IO#reopen` (lib/evix/reopening.rb): registrations
@@ -251,10 +503,27 @@ impl RbLoop {
     }
 
     /// Forgets `io`'s registration and removes its watchers before it is closed.
+    /// The fibers waiting on it raise `Evix::ClosedError` (on the next tick).
     fn release_io(ruby: &Ruby, rb_self: &Self, target: Value) -> Result<(), Error> {
         let core = rb_self.usable(ruby)?;
         if let (fd, Some(_)) = descriptor(ruby, target)? {
-            core.release_fd(fd);
+            rb_self.check_not_reserved(ruby, fd)?;
+            errors::guard(ruby, || {
+                core.release_fd(fd);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `Evix::Loop.io_closing(io)`: `io` is about to be closed (IO#close,
+    /// from any thread): every loop that registered its fd ends the waits on
+    /// it; this thread's loop `io` belongs to... each on its next iteration.
+    fn io_closing(ruby: &Ruby, target: Value) -> Result<(), Error> {
+        if let Some(file) = RFile::from_value(target) {
+            if let Ok(fd) = nogvl::io_descriptor(ruby, file) {
+                crate::core::closing::closing(fd);
+            }
         }
         Ok(())
     }
@@ -275,6 +544,7 @@ impl RbLoop {
 
     fn run(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<(), Error> {
         let core = rb_self.usable(ruby)?;
+        let _home = Home::enter(&rb_self.home, ruby.fiber_current());
         args::arity(ruby, args, 0, 1)?;
         let mode = args::optional(args, 0)
             .map(Symbol::try_convert)
@@ -299,6 +569,7 @@ impl RbLoop {
 
     fn run_once(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<bool, Error> {
         let core = rb_self.usable(ruby)?;
+        let _home = Home::enter(&rb_self.home, ruby.fiber_current());
         args::arity(ruby, args, 0, 1)?;
         let timeout: Option<Duration> =
             args::optional_seconds(ruby, args::optional(args, 0), "timeout")?;
@@ -354,6 +625,7 @@ impl RbLoop {
         hash.aset(ruby.to_symbol("deferred"), stats.deferred)?;
         hash.aset(ruby.to_symbol("timers"), stats.timers)?;
         hash.aset(ruby.to_symbol("watchers"), stats.watchers)?;
+        hash.aset(ruby.to_symbol("waiters"), stats.waiters)?;
         hash.aset(ruby.to_symbol("iterations"), stats.iterations)?;
         hash.aset(ruby.to_symbol("rebuilds"), stats.rebuilds)?;
         Ok(hash)
@@ -471,6 +743,11 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("wait_io", method!(RbLoop::wait_io, -1))?;
     class.define_method("release_io", method!(RbLoop::release_io, 1))?;
     class.define_method("suspend", method!(RbLoop::suspend, -1))?;
+    class.define_method("resume", method!(RbLoop::resume, -1))?;
+    class.define_method("interrupt", method!(RbLoop::interrupt, 2))?;
+    class.define_method("start", method!(RbLoop::start, 1))?;
+    class.define_singleton_method("io_closing", function!(RbLoop::io_closing, 1))?;
+    class.define_private_method("reserve_fd", method!(RbLoop::reserve_fd, 1))?;
     class.define_method("post", method!(RbLoop::post, 0))?;
     class.define_method("wakeup", method!(RbLoop::wakeup, 0))?;
     class.define_method("run", method!(RbLoop::run, -1))?;

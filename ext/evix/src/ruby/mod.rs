@@ -15,6 +15,7 @@ use magnus::{function, prelude::*, Error, RArray, Ruby};
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
     let evix = ruby.define_module("Evix")?;
+    errors::init(ruby, evix)?;
     evix.const_set("READ", args::READ)?;
     evix.const_set("WRITE", args::WRITE)?;
     evix.const_set("ONESHOT", args::ONESHOT)?;

@@ -29,34 +29,54 @@ extern "C" fn unblock(data: *mut c_void) {
     let _ = catch_unwind(AssertUnwindSafe(wake));
 }
 
-/// Runs `func` without the GVL; `wake` makes it return early. A pending
-/// interrupt raised by Ruby before or after `func` comes back as `Err`
-/// (through `protect`, so no Ruby exception unwinds through Rust frames).
-/// `None` in `Ok` means `func` panicked.
-pub fn without_gvl<R>(
-    func: &mut dyn FnMut() -> R,
-    wake: &(dyn Fn() + Sync),
-) -> Result<Option<R>, Error> {
+/// How a [`without_gvl`] call went.
+pub enum Blocked<R> {
+    Done(R),
+    /// An interrupt was pending, so `func` did not run.
+    Interrupted,
+    Panicked,
+}
+
+/// Runs `func` without the GVL; `wake` makes it return early. Ruby runs no
+/// interrupt handler (trap handlers, Thread#raise) around it: the caller
+/// does that with [`check_interrupts`] once it holds no borrows, since those
+/// handlers may call back into the loop.
+pub fn without_gvl<R>(func: &mut dyn FnMut() -> R, wake: &(dyn Fn() + Sync)) -> Blocked<R> {
     let mut call = Call { func, result: None };
     let wake_ref: &(dyn Fn() + Sync) = wake;
+    // SAFETY: both pointers refer to locals of this frame that outlive the
+    // call; `call` never touches Ruby and `unblock` only runs `wake`. With
+    // RB_NOGVL_INTR_FAIL Ruby neither raises nor runs handlers here, so no
+    // Ruby exception can unwind through this frame.
+    unsafe {
+        rb_sys::rb_nogvl(
+            Some(trampoline::<R>),
+            &mut call as *mut Call<'_, R> as *mut c_void,
+            Some(unblock),
+            &wake_ref as *const &(dyn Fn() + Sync) as *mut c_void,
+            // The unblock function only writes the waker (an eventfd or a
+            // pipe), which is async-signal-safe; without this flag Ruby 3.1
+            // starts a thread to run it on every blocking wait.
+            (rb_sys::RB_NOGVL_UBF_ASYNC_SAFE | rb_sys::RB_NOGVL_INTR_FAIL) as i32,
+        );
+    }
+    match call.result {
+        None => Blocked::Interrupted,
+        Some(Ok(result)) => Blocked::Done(result),
+        Some(Err(_)) => Blocked::Panicked,
+    }
+}
+
+/// Runs pending interrupts (trap handlers, Thread#raise, Thread#kill): what
+/// they raise comes back as `Err`.
+pub fn check_interrupts(_ruby: &Ruby) -> Result<(), Error> {
     magnus::rb_sys::protect(|| {
-        // SAFETY: both pointers refer to locals of this frame that outlive the
-        // call; `call` never touches Ruby and `unblock` only runs `wake`.
-        unsafe {
-            rb_sys::rb_nogvl(
-                Some(trampoline::<R>),
-                &mut call as *mut Call<'_, R> as *mut c_void,
-                Some(unblock),
-                &wake_ref as *const &(dyn Fn() + Sync) as *mut c_void,
-                // The unblock function only writes the waker (an eventfd or a
-                // pipe), which is async-signal-safe; without this flag Ruby 3.1
-                // starts a thread to run it on every blocking wait.
-                rb_sys::RB_NOGVL_UBF_ASYNC_SAFE as i32,
-            );
-        }
+        // SAFETY: `_ruby` shows this is a Ruby thread holding the GVL;
+        // `protect` catches whatever the handlers raise or throw.
+        unsafe { rb_sys::rb_thread_check_ints() };
         rb_sys::Qnil as rb_sys::VALUE
-    })?;
-    Ok(call.result.and_then(Result::ok))
+    })
+    .map(drop)
 }
 
 /// Calls `block` with `arg` (if any) and no block, as `Proc#call` does, but

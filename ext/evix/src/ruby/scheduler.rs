@@ -20,7 +20,6 @@ use crate::sys::stream;
 use magnus::{
     method,
     prelude::*,
-    rb_sys::AsRawValue,
     value::{LazyId, Opaque},
     Error, Integer, IntoValue, RArray, RClass, RFile, RHash, RModule, RObject, Ruby, Value,
 };
@@ -30,7 +29,6 @@ use std::sync::OnceLock;
 
 static LOOP: LazyId = LazyId::new("@loop");
 static BLOCKED: LazyId = LazyId::new("@blocked");
-static IO_WAITERS: LazyId = LazyId::new("@io_waiters");
 static DRAINED: LazyId = LazyId::new("@drained");
 static READ_BY_RUBY: LazyId = LazyId::new("read_by_ruby");
 static WRITE_BY_RUBY: LazyId = LazyId::new("write_by_ruby");
@@ -38,8 +36,6 @@ static TIMEOUT: LazyId = LazyId::new("timeout");
 static STAT: LazyId = LazyId::new("stat");
 static IS_FILE: LazyId = LazyId::new("file?");
 static ERRNO: LazyId = LazyId::new("errno");
-static CLOSED: LazyId = LazyId::new("closed");
-static IS_CLOSED: LazyId = LazyId::new("closed?");
 
 /// `::BasicSocket`, looked up once by `init` (which requires "socket").
 static BASIC_SOCKET: OnceLock<Opaque<RClass>> = OnceLock::new();
@@ -69,14 +65,14 @@ fn block(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<bool, Error> {
 }
 
 /// Suspends the calling fiber on the scheduler's loop for the optional
-/// timeout in `timeout`, noted in `@blocked` meanwhile so that `unblock`
-/// may resume it. Returns what resumed it (nil: the timeout).
+/// timeout in `timeout`, its wait's token noted in `@blocked` meanwhile so
+/// that `unblock` may end it. Returns what ended it (nil: the timeout).
 fn suspend_blocked(ruby: &Ruby, rb_self: RObject, timeout: &[Value]) -> Result<Value, Error> {
     let evloop: Value = rb_self.ivar_get(*LOOP)?;
     let blocked: RHash = rb_self.ivar_get(*BLOCKED)?;
     let fiber = ruby.fiber_current();
-    blocked.aset(fiber, true)?;
-    let resumed = RbLoop::suspend(ruby, evloop, timeout);
+    let timeout = timeout.first().copied().filter(|t| !t.is_nil());
+    let resumed = RbLoop::suspend_with(ruby, evloop, timeout, |token| blocked.aset(fiber, token));
     // Whatever ended the wait (the timer, unblock, an exception raised into
     // the fiber), the fiber no longer waits.
     blocked.delete::<_, Value>(fiber)?;
@@ -253,10 +249,9 @@ fn wait_for_method(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Valu
 }
 
 /// Suspends the calling fiber until `io` is ready for `interest`
-/// (Evix::READ/WRITE bits), at most `timeout` seconds (nil: no limit),
-/// noted in `@io_waiters` meanwhile (IO => the fiber, or an Array when
-/// several wait) so that `IO#close` can wake it. The ready bits, or None on
-/// timeout; IOError when the IO was closed meanwhile.
+/// (Evix::READ/WRITE bits), at most `timeout` seconds (nil: no limit). The
+/// ready bits, or None on timeout; IOError when the IO is closed before or
+/// during the wait (the loop ends the waits on an fd that is closed).
 fn wait_for(
     ruby: &Ruby,
     rb_self: RObject,
@@ -265,31 +260,8 @@ fn wait_for(
     timeout: Value,
 ) -> Result<Option<Value>, Error> {
     let evloop: Value = rb_self.ivar_get(*LOOP)?;
-    let waiters: RHash = rb_self.ivar_get(*IO_WAITERS)?;
-    let fiber = ruby.fiber_current().as_value();
-    // One Hash lookup when no other fiber waits on the IO (nearly always).
-    match waiters.get(io) {
-        None => waiters.aset(io, fiber)?,
-        Some(shared) if same(shared, fiber) => {}
-        Some(shared) => {
-            let all = match RArray::from_value(shared) {
-                Some(others) => others.dup(),
-                None => ruby.ary_from_iter([shared]),
-            };
-            all.push(fiber)?;
-            waiters.aset(io, all)?;
-        }
-    }
-    let ready = RbLoop::wait_io(ruby, evloop, &[io, interest.into_value_with(ruby), timeout]);
-    // Whatever ended the wait, this fiber no longer waits; others still do.
-    let left: Value = waiters.delete(io)?;
-    if !same(left, fiber) {
-        keep_others(ruby, waiters, io, fiber, left)?;
-    }
-    let ready = ready.map_err(|error| closed_before_wait(ruby, io, error))?;
-    if same(ready, CLOSED.into_value_with(ruby)) {
-        return Err(closed_meanwhile(ruby));
-    }
+    let ready = RbLoop::wait_io(ruby, evloop, &[io, interest.into_value_with(ruby), timeout])
+        .map_err(|error| closed_before_wait(ruby, io, error))?;
     Ok((!ready.is_nil()).then_some(ready))
 }
 
@@ -301,43 +273,14 @@ fn closed_meanwhile(ruby: &Ruby) -> Error {
     )
 }
 
-/// `Loop#wait_io` raises Evix::ClosedError for an IO that another thread
-/// closed after the caller's read found nothing but before the wait began;
-/// Ruby code expects the IOError of an IO closed meanwhile.
-fn closed_before_wait(ruby: &Ruby, io: Value, error: Error) -> Error {
-    let io_closed = || io.funcall::<_, _, bool>(*IS_CLOSED, ()).unwrap_or(false);
-    if errors::is_closed(ruby, &error) && io_closed() {
+/// `Loop#wait_io` raises Evix::ClosedError for an IO closed before or
+/// while the fiber waits; Ruby code expects the IOError of an IO closed
+/// meanwhile.
+fn closed_before_wait(ruby: &Ruby, _io: Value, error: Error) -> Error {
+    if errors::is_closed(ruby, &error) {
         closed_meanwhile(ruby)
     } else {
         error
-    }
-}
-
-/// Puts back the fibers other than `fiber` that `@io_waiters` held for `io`.
-fn keep_others(
-    ruby: &Ruby,
-    waiters: RHash,
-    io: Value,
-    fiber: Value,
-    left: Value,
-) -> Result<(), Error> {
-    let rest = ruby.ary_new();
-    match RArray::from_value(left) {
-        Some(all) => {
-            for index in 0..all.len() {
-                let other: Value = all.entry(index as isize)?;
-                if !same(other, fiber) {
-                    rest.push(other)?;
-                }
-            }
-        }
-        None if left.is_nil() => {}
-        None => rest.push(left)?,
-    }
-    match rest.len() {
-        0 => Ok(()),
-        1 => waiters.aset(io, rest.entry::<Value>(0)?),
-        _ => waiters.aset(io, rest),
     }
 }
 
@@ -387,10 +330,6 @@ fn errno_of(ruby: &Ruby, error: &Error) -> Option<i64> {
 
 fn negative_errno(ruby: &Ruby, errno: i32) -> Value {
     (-i64::from(errno)).into_value_with(ruby)
-}
-
-fn same(a: Value, b: Value) -> bool {
-    a.as_raw() == b.as_raw()
 }
 
 /// The `IOError` Ruby raises for a closed IO.

@@ -277,6 +277,13 @@ impl Backend {
     }
 }
 
+/// `Ok` if `fd` is an open descriptor of this process: asked of the kernel
+/// before any table is sized by an fd number a caller passed.
+pub fn check_open(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFD only reads the descriptor table; any int is a valid argument.
+    syscall!(fcntl(fd, libc::F_GETFD)).map(drop)
+}
+
 /// Timeout in whole milliseconds for poll-like calls: sub-millisecond
 /// remainders round up (never down to a busy 0), `None` is infinite (-1).
 pub(crate) fn timeout_ms(timeout: Option<Duration>) -> libc::c_int {

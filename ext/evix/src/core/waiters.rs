@@ -1,0 +1,137 @@
+//! Waits in progress: who is parked on the loop, and what may end each wait.
+//!
+//! A waiter (a Ruby fiber, to the binding) parks with up to two triggers of
+//! its own, a one-shot watcher and a timer, and may also be ended by an
+//! explicit wake, a cancellation, or its fd being released. Whichever comes
+//! first takes the entry out ([`Waiters::unpark`]) and cancels the others, so
+//! a wait ends exactly once and a late trigger finds nothing to resume.
+
+use super::slab::{Key, Slab};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+#[derive(Debug)]
+pub struct Waiter<C> {
+    /// Who waits (the binding: the fiber's address); one wait per owner.
+    pub owner: u64,
+    /// What resumes the owner.
+    pub resume: C,
+    pub watcher: Option<Key>,
+    pub timer: Option<Key>,
+}
+
+/// Owners are addresses, already well spread: one multiply mixes them enough.
+#[derive(Default)]
+pub struct OwnerHasher(u64);
+
+impl Hasher for OwnerHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 << 8 | u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+
+type ByOwner<V> = HashMap<u64, V, BuildHasherDefault<OwnerHasher>>;
+
+#[derive(Debug)]
+pub struct Waiters<C> {
+    slab: Slab<Waiter<C>>,
+    by_owner: ByOwner<Key>,
+    /// Ends of a wait that came while the owner was not parked (a
+    /// cancellation of a running task): delivered at its next park.
+    pending: ByOwner<C>,
+}
+
+impl<C> Default for Waiters<C> {
+    fn default() -> Self {
+        Waiters {
+            slab: Slab::default(),
+            by_owner: ByOwner::default(),
+            pending: ByOwner::default(),
+        }
+    }
+}
+
+impl<C> Waiters<C> {
+    /// Parks `owner`; its triggers are attached with [`Waiters::attach`].
+    pub fn park(&mut self, owner: u64, resume: C) -> Key {
+        let key = self.slab.insert(Waiter {
+            owner,
+            resume,
+            watcher: None,
+            timer: None,
+        });
+        self.by_owner.insert(owner, key);
+        key
+    }
+
+    pub fn attach(&mut self, key: Key, watcher: Option<Key>, timer: Option<Key>) {
+        if let Some(waiter) = self.slab.get_mut(key) {
+            waiter.watcher = watcher;
+            waiter.timer = timer;
+        }
+    }
+
+    /// Ends the wait under `key`: the waiter, whose triggers the caller
+    /// cancels; `None` if it already ended.
+    pub fn unpark(&mut self, key: Key) -> Option<Waiter<C>> {
+        let waiter = self.slab.remove(key)?;
+        if self.by_owner.get(&waiter.owner) == Some(&key) {
+            self.by_owner.remove(&waiter.owner);
+        }
+        Some(waiter)
+    }
+
+    /// The wait `owner` is parked in, if any.
+    pub fn parked(&self, owner: u64) -> Option<Key> {
+        self.by_owner.get(&owner).copied()
+    }
+
+    pub fn set_pending(&mut self, owner: u64, end: C) {
+        self.pending.insert(owner, end);
+    }
+
+    /// The end of a wait that came for `owner` while it ran, if any.
+    pub fn take_pending(&mut self, owner: u64) -> Option<C> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        self.pending.remove(&owner)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    pub fn callbacks(&self) -> impl Iterator<Item = &C> {
+        self.slab
+            .values()
+            .map(|w| &w.resume)
+            .chain(self.pending.values())
+    }
+
+    /// Every waiter, for `close`; the caller drops their triggers with the
+    /// watchers and timers.
+    pub fn clear(&mut self) -> Vec<C> {
+        let mut all = Vec::with_capacity(self.slab.len());
+        let keys: Vec<Key> = self.by_owner.values().copied().collect();
+        for key in keys {
+            if let Some(waiter) = self.unpark(key) {
+                all.push(waiter.resume);
+            }
+        }
+        self.slab.clear();
+        self.by_owner.clear();
+        self.pending.clear();
+        all
+    }
+}

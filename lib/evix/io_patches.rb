@@ -1,0 +1,45 @@
+# frozen_string_literal: true
+
+module Evix
+  # evix's only changes to Ruby's ::IO, in one place, prepended when the first
+  # Evix::Loop is created (never at require):
+  #
+  # - IO#close tells the loops that registered the descriptor, in any thread,
+  #   so every wait on it ends (IOError under Evix.run, Evix::ClosedError in
+  #   Evix::IO and Loop#wait_io) instead of parking forever; and the closing
+  #   thread's scheduler drops the registration while the fd is still open
+  #   (after the close, a file kept open elsewhere, by a dup or a forked
+  #   child, would leave one behind that only a rebuild of the epoll set
+  #   removes).
+  # - IO#reopen puts another file under the same IO object and fd number, so
+  #   the loops stop trusting registrations pinned to that object.
+  module IOPatches
+    # Prepended to ::IO.
+    module Closing
+      # @return [nil]
+      def close
+        Evix::Loop.io_closing(self)
+        scheduler = Fiber.scheduler
+        scheduler.release(self) if scheduler.is_a?(Scheduler) && !closed? && autoclose?
+        super
+      end
+
+      # @return [::IO]
+      def reopen(...)
+        Evix::Loop.io_reopened
+        super
+      end
+    end
+
+    @installed = false
+
+    # Prepends the patches to ::IO once. @return [nil]
+    def self.install
+      return if @installed
+
+      @installed = true
+      ::IO.prepend(Closing)
+      nil
+    end
+  end
+end
