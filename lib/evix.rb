@@ -26,6 +26,7 @@ rescue LoadError
   require "evix/evix"
 end
 require_relative "evix/task"
+require_relative "evix/nursery"
 require_relative "evix/io"
 require_relative "evix/signals"
 require_relative "evix/loop"

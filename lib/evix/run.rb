@@ -1,16 +1,23 @@
 # frozen_string_literal: true
 
+require "English"
+
 # Evix.run and Evix.offload: the scheduler as one call.
 module Evix
   class << self
     # Runs the block in a fiber under an Evix::Scheduler and returns its
     # value once every fiber it scheduled has finished. Inside a fiber that
     # an Evix::Scheduler already runs, the block runs in a new fiber of that
-    # scheduler. The block's exception is raised here; a signal (Interrupt,
-    # SignalException) or exit (SystemExit) raised in any of its fibers ends
-    # the run at once, without waiting for the other fibers.
+    # scheduler.
+    #
+    # The run is a nursery (Evix::Nursery): the first unhandled exception,
+    # from the block or any of its fibers, or an Interrupt, signal, exit or
+    # Thread#kill that reaches the run, cancels every other fiber, lets their
+    # ensure blocks run for up to +cancel_timeout+ seconds, then propagates;
+    # later exceptions are in its #suppressed.
+    # @param cancel_timeout [Numeric] seconds cancelled fibers get to finish
     # @return [Object] the block's value
-    def run(&block)
+    def run(cancel_timeout: 5, &block)
       raise ArgumentError, "Evix.run requires a block" unless block
 
       scheduler = Fiber.scheduler
@@ -18,7 +25,7 @@ module Evix
       return nested_run(scheduler, &block) if scheduler.is_a?(Scheduler) && !Fiber.current.blocking?
       raise Error, "another fiber scheduler is set on this thread" if scheduler
 
-      top_level_run(&block)
+      top_level_run(cancel_timeout, &block)
     end
 
     # Runs the block on the offload pool from a fiber of the current
@@ -33,19 +40,33 @@ module Evix
 
     private
 
-    def top_level_run(&)
-      scheduler = Scheduler.new
+    def top_level_run(cancel_timeout, &)
+      scheduler = Scheduler.new(cancel_timeout: cancel_timeout)
       Fiber.set_scheduler(scheduler)
-      outcome = nil
-      Fiber.schedule { outcome = capture(&) }
-      scheduler.run
-      finish(outcome)
-    rescue Exception # rubocop:disable Lint/RescueException -- re-raised
-      scheduler&.abandon
-      raise
+      nursery = scheduler.nursery
+      task = nursery.spawn(&)
+      drive(nursery)
+      nursery.raise_failure
+      finished = true
+      task.wait
     ensure
-      Fiber.set_scheduler(nil) if Fiber.scheduler.equal?(scheduler)
+      # Thread#kill unwinds through here with no exception to rescue.
+      drive(nursery, "the thread is being killed") if nursery && !finished && !$ERROR_INFO
+      Fiber.set_scheduler(nil) if scheduler && Fiber.scheduler.equal?(scheduler)
       scheduler&.loop&.close
+    end
+
+    # Drives the nursery to its end; an exception raised into the loop's own
+    # fiber (a signal, Thread#raise) fails the run like any fiber's, and the
+    # cancelled fibers still get their bounded time.
+    def drive(nursery, killed = nil)
+      nursery.cancel_all(killed) if killed
+      begin
+        nursery.drive
+      rescue Exception => e # rubocop:disable Lint/RescueException -- becomes the run's failure
+        nursery.fail_with(e)
+        retry
+      end
     end
 
     def nested_run(scheduler, &)
@@ -56,26 +77,16 @@ module Evix
         scheduler.unblock(nil, waiter)
       end
       scheduler.block(nil) until outcome
-      finish(outcome)
-    end
-
-    # A signal or exit is not captured: it unwinds to the loop and ends the
-    # run (a fiber the block scheduled starts inside the block, so a TERM
-    # landing there would otherwise wait for every other fiber, forever for a
-    # server's accept loop).
-    def capture
-      [:value, yield]
-    rescue SignalException, SystemExit
-      raise
-    rescue Exception => e # rubocop:disable Lint/RescueException -- re-raised by finish
-      [:error, e]
-    end
-
-    def finish(outcome)
       kind, result = outcome
       raise result if kind == :error
 
       result
+    end
+
+    def capture
+      [:value, yield]
+    rescue Exception => e # rubocop:disable Lint/RescueException -- re-raised by nested_run
+      [:error, e]
     end
   end
 end

@@ -12,20 +12,23 @@ module Evix
   # fiber on the loop, which runs in the scheduler's thread, in #run and
   # #close.
   class Scheduler
-    # How long #run blocks while every fiber waits on another thread.
-    IDLE_POLL = 1.0
-
     include BufferHooks
 
     # @return [Evix::Loop] the loop the scheduler runs on
     attr_reader :loop
 
+    # @return [Evix::Nursery] the scheduled fibers' tasks
+    attr_reader :nursery
+
     # @param loop [Evix::Loop, nil] an existing loop; by default the scheduler
-    #   creates one and closes it in #close
-    def initialize(loop = nil)
-      @loop = loop || Loop.new
+    #   creates one and closes it in #close. Its loop belongs to the thread
+    #   that first uses it (the one the scheduler is installed on).
+    # @param cancel_timeout [Numeric] seconds cancelled fibers get to run
+    #   their ensure blocks (see Evix::Nursery)
+    def initialize(loop = nil, cancel_timeout: 5)
+      @loop = loop || Loop.new.tap { |own| own.send(:disown) }
       @owns_loop = loop.nil?
-      @fibers = 0
+      @nursery = Nursery.new(@loop, cancel_timeout: cancel_timeout)
       # Fiber => the token of its wait in #block or #kernel_sleep.
       @blocked = {}.compare_by_identity
       @pid = Process.pid
@@ -33,51 +36,55 @@ module Evix
     end
 
     # @return [Integer] scheduled fibers that have not finished
-    attr_reader :fibers
-
-    # Fiber::Scheduler hook: creates a non-blocking fiber and starts it now.
-    # @return [Fiber]
-    def fiber(&block)
-      @fibers += 1
-      task = Task.new(@loop, start: true) do
-        block.call
-      ensure
-        @fibers -= 1
-      end
-      task.fiber
+    def fibers
+      @nursery.size
     end
 
-    # Runs the loop until every scheduled fiber has finished.
+    # Fiber::Scheduler hook: starts the block now in a new Evix::Task.
+    # @return [Fiber]
+    def fiber(&)
+      @nursery.spawn(&).fiber
+    end
+
+    # Runs the loop until every scheduled fiber has finished (see
+    # Evix::Nursery#drive).
     # @return [nil]
     def run
-      @loop.run_once(@loop.alive? ? nil : IDLE_POLL) while @fibers > 0 # rubocop:disable Style/NumericPredicate -- no method call
-      nil
+      @nursery.drive
     end
 
-    # Fiber::Scheduler hook (Fiber.set_scheduler(nil), thread exit): runs
-    # the remaining fibers to completion, then closes the loop it created.
+    # Fiber::Scheduler hook (Fiber.set_scheduler(nil), thread exit), or
+    # called directly (then it also uninstalls the scheduler): runs the
+    # remaining fibers to completion (cancelling them first when the thread
+    # is being killed), closes the loop it created, and raises the first
+    # exception a fiber left unhandled (see Evix::Nursery). Raises
+    # Evix::Error from one of the scheduler's own fibers, which could never
+    # finish.
     # @return [nil]
     def close
       # A child forked inside Evix.run inherits this scheduler: its fibers
       # and loop belong to the parent, so the child leaves them alone.
-      return if inherited?
+      return if inherited? || @closed
+      if Task.current&.loop.equal?(@loop)
+        raise Error, "cannot close an Evix::Scheduler (or unset it) from one of its own fibers"
+      end
 
+      @closed = true
       begin
-        run unless @abandoned
+        @nursery.cancel_all("the thread is being killed") if Thread.current.status == "aborting"
+        run
+        @nursery.raise_failure
       ensure
         @loop.close if @owns_loop && !@loop.closed?
+        Fiber.set_scheduler(nil) if Fiber.scheduler.equal?(self)
       end
+      nil
     end
 
     # @return [Boolean] whether this process only inherited the scheduler
     #   through fork (its loop and fibers belong to the parent)
     def inherited?
       Process.pid != @pid
-    end
-
-    # Makes #close skip running the remaining fibers.
-    def abandon
-      @abandoned = true
     end
 
     # Forgets +io+'s registration before it is closed (see ClosingIO).

@@ -17,17 +17,30 @@ module Evix
     attr_reader :fiber
 
     # @param loop [Evix::Loop] the loop that drives the fiber
-    # @param start [Boolean] true: start now (Fiber.schedule); false: on the
-    #   loop's next tick (Loop#spawn)
-    def initialize(loop, start: false, &block)
+    # @param start [Boolean] true: start on the loop's next tick (Loop#spawn);
+    #   false: the creator calls #start
+    # @param nursery [Evix::Nursery, nil] told when the task ends, and given
+    #   its exception when nobody waits for it (else the exception propagates
+    #   out of the loop's run)
+    def initialize(loop, start: true, nursery: nil, &block)
       raise ArgumentError, "Evix::Task requires a block" unless block
 
       @loop = loop
+      @nursery = nursery
       @thread = Thread.current
       @waiting = [] # tokens of the fibers waiting in #wait
       @state = :pending
       @fiber = Fiber.new(blocking: false) { run(block) }
-      start ? @loop.start(@fiber) : loop.next_tick { @loop.start(@fiber) if @state == :pending }
+      loop.next_tick { self.start } if start
+    end
+
+    # Runs the task's fiber now, until it first waits or ends (a no-op once
+    # it started or was cancelled).
+    # @api private
+    # @return [nil]
+    def start
+      @loop.start(@fiber) if @state == :pending
+      nil
     end
 
     # @return [Symbol] :pending, :running, :done, :failed or :cancelled
@@ -92,7 +105,7 @@ module Evix
 
     # @return [String]
     def inspect
-      "#<#{self.class} #{@state}>"
+      "#<#{self.class}:#{format("%#x", object_id)} #{@state} #{@fiber.inspect}>"
     end
 
     private
@@ -124,8 +137,11 @@ module Evix
       finish(:done, block.call, nil)
     rescue CancelledError => e
       finish(:cancelled, nil, e)
-    rescue Exception => e # rubocop:disable Lint/RescueException -- surfaced through #wait or run
-      raise unless finish(:failed, nil, e)
+    rescue Exception => e # rubocop:disable Lint/RescueException -- surfaced through #wait, the nursery or run
+      return if finish(:failed, nil, e)
+      raise unless @nursery
+
+      @nursery.task_failed(self, e)
     end
 
     # Records the outcome and wakes the waiters; true if any waited.
@@ -136,6 +152,7 @@ module Evix
       waiting = @waiting
       @waiting = []
       waiting.each { |token| @loop.resume(token) }
+      @nursery&.task_ended(self)
       !waiting.empty?
     end
   end

@@ -415,28 +415,32 @@ RSpec.describe "Evix::Task, one world of tasks" do
     end
   end
 
+  # A task is switched to by transfer, so a user Fiber.yield inside one
+  # raises FiberError (as in async 2); a task can still be parked outside
+  # any wait of the loop by switching away by hand.
   describe "Scheduler#close and a fiber parked outside any hook" do
-    # today: hangs (child killed): close runs the loop until that fiber ends, which it never does
-    it "Fiber.set_scheduler(nil) returns while a scheduled fiber sits in a user Fiber.yield",
-       pending: "issue 13: Fiber.yield in a transferred fiber raises FiberError; Scheduler#close not yet bounded" do
+    # before issue 13: hangs (child killed): close ran the loop until that fiber ended, which it never does
+    it "Fiber.set_scheduler(nil) returns while a scheduled fiber is parked outside any hook, and warns naming it" do
       run = run_ruby(<<~RUBY, timeout: 4)
+        main = Fiber.current
         Fiber.set_scheduler(Evix::Scheduler.new)
-        Fiber.schedule { Fiber.yield }
+        Fiber.schedule { main.transfer }
         Fiber.set_scheduler(nil)
         puts "closed"
         puts Fiber.scheduler.nil?
       RUBY
       expect(run.timed_out).to be(false)
       expect(run.out).to eq("closed\ntrue\n")
+      expect(run.err).to match(/evix: abandoned #<Evix::Task:0x\h+ running #<Fiber:0x\h+/)
       expect(run.status.success?).to be(true)
     end
 
-    # today: hangs (child killed): the run waits for the parked fiber forever
-    it "Evix.run returns while one of its fibers sits in a user Fiber.yield",
-       pending: "issue 13: Fiber.yield in a transferred fiber raises FiberError; the nursery is not built yet" do
+    # before issue 13: hangs (child killed): the run waited for the parked fiber forever
+    it "Evix.run returns while one of its fibers is parked outside any hook" do
       run = run_ruby(<<~RUBY, timeout: 4)
+        main = Fiber.current
         value = Evix.run do
-          Fiber.schedule { Fiber.yield }
+          Fiber.schedule { main.transfer }
           Fiber.schedule { sleep 0.01 }
           :block_value
         end
@@ -444,7 +448,20 @@ RSpec.describe "Evix::Task, one world of tasks" do
       RUBY
       expect(run.timed_out).to be(false)
       expect(run.out).to eq(":block_value\n")
+      expect(run.err).to include("evix: abandoned")
       expect(run.status.success?).to be(true)
+    end
+
+    it "raises a user Fiber.yield inside a scheduled fiber as FiberError out of Evix.run" do
+      run = run_ruby(<<~RUBY, timeout: 4)
+        begin
+          Evix.run { Fiber.schedule { Fiber.yield } }
+        rescue FiberError => e
+          puts e.message
+        end
+      RUBY
+      expect(run.timed_out).to be(false)
+      expect(run.out).to match(/not resumed fiber/)
     end
   end
 end

@@ -121,12 +121,13 @@ impl Callback {
 /// Calls blocks on the loop thread and releases the GVL while the backend blocks.
 pub struct RubyDriver<'a> {
     pub ruby: &'a Ruby,
+    /// The loop's fork generation: a callback that forked returns, in the
+    /// child, into a loop that is the parent's; the run stops there.
+    pub fork_generation: u64,
 }
 
-impl Driver<Callback> for RubyDriver<'_> {
-    type Error = Error;
-
-    fn invoke(&mut self, callback: Callback, fire: Fire) -> Result<(), Error> {
+impl RubyDriver<'_> {
+    fn call(&mut self, callback: Callback, fire: Fire) -> Result<(), Error> {
         let ruby = self.ruby;
         match callback.target {
             Target::Block(block) => {
@@ -164,6 +165,22 @@ impl Driver<Callback> for RubyDriver<'_> {
             }
             Target::Nothing => Ok(()),
         }
+    }
+}
+
+impl Driver<Callback> for RubyDriver<'_> {
+    type Error = Error;
+
+    fn invoke(&mut self, callback: Callback, fire: Fire) -> Result<(), Error> {
+        let result = self.call(callback, fire);
+        if crate::sys::fork::generation() != self.fork_generation {
+            return Err(errors::evix(
+                self.ruby,
+                "this process was forked inside a callback of an Evix::Loop created before fork: \
+                 the child does not run the parent's loop; create a new loop in the child",
+            ));
+        }
+        result
     }
 
     fn prefetch(&self, callback: &Callback, level: usize) {

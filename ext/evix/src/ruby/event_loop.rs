@@ -16,6 +16,7 @@ use magnus::{
     TryConvert, TypedData, Value,
 };
 use std::cell::Cell;
+use std::io;
 use std::os::unix::io::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -51,11 +52,17 @@ fn current_thread() -> u64 {
 #[magnus(class = "Evix::Loop", free_immediately, size, mark)]
 pub struct RbLoop {
     core: Loop<Callback>,
-    owner: u64,
+    /// The thread the loop belongs to; 0 until one uses it (see `disown`).
+    owner: Cell<u64>,
     fork_generation: u64,
     /// The fiber a parked fiber switches to: the one running `run`/`run_once`
     /// (or starting a fiber with `start` while the loop is not running).
     home: Cell<Option<Opaque<Fiber>>>,
+    /// A fiber being started by another fiber of the loop (`start`), and
+    /// that starter: the new fiber's first wait switches back to the starter
+    /// rather than to `home`, so `Fiber.schedule` returns as soon as the new
+    /// fiber waits, without a turn of the loop.
+    starter: Cell<Option<(Opaque<Fiber>, Opaque<Fiber>)>>,
     /// Descriptors the loop owns besides its backend (the signal pipe's read
     /// end): `add_io`, `wait_io` and `release_io` refuse them.
     reserved: Cell<RawFd>,
@@ -69,6 +76,10 @@ impl DataTypeFunctions for RbLoop {
         debug_assert!(visited, "loop state borrowed during GC mark");
         if let Some(home) = self.home.get() {
             marker.mark(home);
+        }
+        if let Some((fiber, starter)) = self.starter.get() {
+            marker.mark(fiber);
+            marker.mark(starter);
         }
     }
 }
@@ -90,6 +101,16 @@ impl Drop for Home<'_> {
     fn drop(&mut self) {
         self.home.set(self.previous);
     }
+}
+
+/// The exception a pending end of wait (a cancellation) carries.
+fn pending_error(ruby: &Ruby, end: Callback) -> Error {
+    end.exception(ruby)
+        .and_then(magnus::Exception::from_value)
+        .map_or_else(
+            || errors::evix(ruby, "a pending end of wait that is not an exception"),
+            Error::from,
+        )
 }
 
 /// A fiber's identity as a waiter: its address.
@@ -118,9 +139,10 @@ impl RbLoop {
         let core = Loop::new(kind).map_err(|e| errors::os(ruby, e, "Evix::Loop.new"))?;
         Ok(RbLoop {
             core,
-            owner: current_thread(),
+            owner: Cell::new(current_thread()),
             fork_generation: fork::generation(),
             home: Cell::new(None),
+            starter: Cell::new(None),
             reserved: Cell::new(-1),
         })
     }
@@ -137,6 +159,24 @@ impl RbLoop {
         Ok(())
     }
 
+    fn driver<'a>(&self, ruby: &'a Ruby) -> RubyDriver<'a> {
+        RubyDriver {
+            ruby,
+            fork_generation: self.fork_generation,
+        }
+    }
+
+    /// `disown`, private: the loop belongs to the next thread that uses it
+    /// (a scheduler created on one thread and installed on another).
+    fn disown(&self) {
+        self.owner.set(0);
+    }
+
+    /// `waiters`: how many fibers are parked on the loop.
+    fn waiters(ruby: &Ruby, rb_self: &Self) -> Result<usize, Error> {
+        Ok(rb_self.usable(ruby)?.stats().waiters)
+    }
+
     /// `reserve_fd(io)`, private: marks the signal pipe's read end as the loop's own.
     fn reserve_fd(ruby: &Ruby, rb_self: &Self, target: Value) -> Result<(), Error> {
         let (fd, _) = descriptor(ruby, target)?;
@@ -146,7 +186,8 @@ impl RbLoop {
 
     /// Parks the calling fiber on the loop until the wait ends (see
     /// `core::Loop::park`) and returns what ended it. `on_park` gets the
-    /// wait's token before the fiber switches away.
+    /// wait's token before the fiber switches away; `os_error` turns a
+    /// refused registration into the error raised.
     fn park_current(
         &self,
         ruby: &Ruby,
@@ -154,6 +195,7 @@ impl RbLoop {
         io: Option<(RawFd, Interest, Option<Pin<Callback>>)>,
         timeout: Option<Duration>,
         on_park: impl FnOnce(u64) -> Result<(), Error>,
+        os_error: impl FnOnce(io::Error) -> Error,
     ) -> Result<Value, Error> {
         let fiber = ruby.fiber_current();
         let home = self.home.get().map(|home| ruby.get_inner(home));
@@ -168,29 +210,25 @@ impl RbLoop {
             None => Switch::Resume,
         };
         let resume = Callback::resume(fiber, switch);
-        let parked = errors::guard(ruby, || {
-            core.park(owner_of(fiber), resume, io, timeout)
-                .map_err(|e| errors::os(ruby, e, "wait"))
-        })?;
+        let parked = errors::guard(ruby, || Ok(core.park(owner_of(fiber), resume, io, timeout)))?
+            .map_err(os_error)?;
         let key = match parked {
             Parked::Waiting(key) => key,
-            Parked::Pending(end) => {
-                return Err(match end.exception(ruby) {
-                    Some(exception) => {
-                        Error::from(magnus::Exception::from_value(exception).ok_or_else(|| {
-                            errors::evix(ruby, "a pending end of wait that is not an exception")
-                        })?)
-                    }
-                    None => errors::evix(ruby, "a pending end of wait that is not an exception"),
-                });
-            }
+            Parked::Pending(end) => return Err(pending_error(ruby, end)),
         };
         if let Err(e) = on_park(token(key)) {
             core.unpark(key);
             return Err(e);
         }
-        let result = match home {
-            Some(home) => home.transfer::<_, Value>(()),
+        let back_to = match self.starter.get() {
+            Some((started, starter)) if ruby.get_inner(started).as_raw() == fiber.as_raw() => {
+                self.starter.set(None);
+                Some(ruby.get_inner(starter))
+            }
+            _ => home,
+        };
+        let result = match back_to {
+            Some(target) => target.transfer::<_, Value>(()),
             None => ruby.fiber_yield::<_, Value>(()).map_err(|e| {
                 let fiber_error = ruby
                     .class_object()
@@ -214,7 +252,11 @@ impl RbLoop {
     /// The core, after the checks every method but post/wakeup/closed? makes.
     pub fn usable(&self, ruby: &Ruby) -> Result<&Loop<Callback>, Error> {
         self.not_forked(ruby)?;
-        if self.owner != current_thread() {
+        let thread = current_thread();
+        if self.owner.get() == 0 {
+            self.owner.set(thread);
+        }
+        if self.owner.get() != thread {
             return Err(errors::evix(
                 ruby,
                 "Evix::Loop belongs to the thread that created it; use #post or #wakeup from other threads",
@@ -340,6 +382,19 @@ impl RbLoop {
     /// fd's registration is pinned to `io` (see `core::Pin`), so waiting
     /// again costs no syscall.
     pub(super) fn wait_io(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+        Self::wait_io_with(ruby, rb_self, args, |e, fd| {
+            errors::os(ruby, e, &format!("wait_io(fd {fd})"))
+        })
+    }
+
+    /// `wait_io`, with `os_error` making the error of a registration the
+    /// kernel refused (the scheduler's hooks return it as -errno).
+    pub(super) fn wait_io_with(
+        ruby: &Ruby,
+        rb_self: Value,
+        args: &[Value],
+        os_error: impl FnOnce(io::Error, RawFd) -> Error,
+    ) -> Result<Value, Error> {
         let this = Self::this(ruby, &rb_self)?;
         let core = this.usable(ruby)?;
         args::arity(ruby, args, 2, 3)?;
@@ -353,8 +408,14 @@ impl RbLoop {
             owner: (io.as_raw(), REOPENS.load(Ordering::Relaxed)),
             keep: Callback::keep_alive(io),
         });
-        let outcome =
-            this.park_current(ruby, core, Some((fd, interest, pin)), timeout, |_| Ok(()))?;
+        let outcome = this.park_current(
+            ruby,
+            core,
+            Some((fd, interest, pin)),
+            timeout,
+            |_| Ok(()),
+            |e| os_error(e, fd),
+        )?;
         if outcome.as_raw() == CLOSED_OUTCOME.into_value_with(ruby).as_raw() {
             return Err(errors::closed_while_waiting(ruby));
         }
@@ -370,10 +431,17 @@ impl RbLoop {
         args::arity(ruby, args, 0, 1)?;
         let timeout = args::optional_seconds(ruby, args::optional(args, 0), "timeout")?;
         let block = ruby.block_given().then(|| ruby.block_proc()).transpose()?;
-        this.park_current(ruby, core, None, timeout, |token| match block {
-            Some(block) => block.call::<_, Value>((token,)).map(drop),
-            None => Ok(()),
-        })
+        this.park_current(
+            ruby,
+            core,
+            None,
+            timeout,
+            |token| match block {
+                Some(block) => block.call::<_, Value>((token,)).map(drop),
+                None => Ok(()),
+            },
+            |e| errors::os(ruby, e, "suspend"),
+        )
     }
 
     /// `suspend` for the scheduler's `block`/`kernel_sleep` hooks: `on_park`
@@ -387,7 +455,9 @@ impl RbLoop {
         let this = Self::this(ruby, &rb_self)?;
         let core = this.usable(ruby)?;
         let timeout = args::optional_seconds(ruby, timeout, "timeout")?;
-        this.park_current(ruby, core, None, timeout, on_park)
+        this.park_current(ruby, core, None, timeout, on_park, |e| {
+            errors::os(ruby, e, "suspend")
+        })
     }
 
     /// `resume(token, value = nil)`: ends the wait of `token` (from
@@ -451,20 +521,29 @@ impl RbLoop {
         let current = ruby.fiber_current();
         match rb_self.home.get().map(|home| ruby.get_inner(home)) {
             Some(home) if home.as_raw() != current.as_raw() => {
-                // Parked with a timer due at once: a wake that a cancellation
-                // can still take back, unlike a plain next_tick.
+                // The starter waits for the new fiber's first wait (see
+                // `starter`); should the fiber end first, control goes to
+                // the loop, and a timer due at once resumes the starter.
                 let resume = Callback::resume(current, Switch::Transfer);
                 let parked = errors::guard(ruby, || {
-                    core.park(owner_of(current), resume, None, Some(Duration::ZERO))
-                        .map_err(|e| errors::os(ruby, e, "start"))
-                })?;
-                let result = fiber.transfer::<_, Value>(()).map(drop);
-                match parked {
-                    Parked::Waiting(key) => {
-                        core.unpark(key);
+                    Ok(core.park(owner_of(current), resume, None, Some(Duration::ZERO)))
+                })?
+                .map_err(|e| errors::os(ruby, e, "start"))?;
+                let key = match parked {
+                    Parked::Waiting(key) => key,
+                    Parked::Pending(end) => {
+                        // The starter was cancelled: the new fiber starts from
+                        // the loop, and the cancellation is raised here.
+                        core.next_tick(Callback::resume(fiber, Switch::Transfer));
+                        return Err(pending_error(ruby, end));
                     }
-                    Parked::Pending(end) => core.next_tick(end),
-                }
+                };
+                let previous = rb_self
+                    .starter
+                    .replace(Some((fiber.into(), current.into())));
+                let result = fiber.transfer::<_, Value>(()).map(drop);
+                rb_self.starter.set(previous);
+                core.unpark(key);
                 result
             }
             Some(_) => fiber.transfer::<_, Value>(()).map(drop),
@@ -483,7 +562,7 @@ impl RbLoop {
         let current = ruby.fiber_current();
         match self.home.get().map(|home| ruby.get_inner(home)) {
             Some(home) if home.as_raw() == current.as_raw() => {
-                RubyDriver { ruby }.invoke(resume, Fire::Immediate)
+                self.driver(ruby).invoke(resume, Fire::Immediate)
             }
             Some(_) => {
                 core.next_tick(resume);
@@ -491,7 +570,7 @@ impl RbLoop {
             }
             None => {
                 let _home = Home::enter(&self.home, current);
-                RubyDriver { ruby }.invoke(resume, Fire::Immediate)
+                self.driver(ruby).invoke(resume, Fire::Immediate)
             }
         }
     }
@@ -561,7 +640,7 @@ impl RbLoop {
             }
         };
         errors::guard(ruby, || {
-            core.run(mode, &mut RubyDriver { ruby })
+            core.run(mode, &mut rb_self.driver(ruby))
                 .map(drop)
                 .map_err(|e| run_error(ruby, e))
         })
@@ -574,7 +653,7 @@ impl RbLoop {
         let timeout: Option<Duration> =
             args::optional_seconds(ruby, args::optional(args, 0), "timeout")?;
         errors::guard(ruby, || {
-            core.run_once(timeout, &mut RubyDriver { ruby })
+            core.run_once(timeout, &mut rb_self.driver(ruby))
                 .map_err(|e| run_error(ruby, e))
         })
     }
@@ -748,6 +827,8 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("start", method!(RbLoop::start, 1))?;
     class.define_singleton_method("io_closing", function!(RbLoop::io_closing, 1))?;
     class.define_private_method("reserve_fd", method!(RbLoop::reserve_fd, 1))?;
+    class.define_private_method("disown", method!(RbLoop::disown, 0))?;
+    class.define_method("waiters", method!(RbLoop::waiters, 0))?;
     class.define_method("post", method!(RbLoop::post, 0))?;
     class.define_method("wakeup", method!(RbLoop::wakeup, 0))?;
     class.define_method("run", method!(RbLoop::run, -1))?;

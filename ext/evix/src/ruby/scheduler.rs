@@ -35,7 +35,6 @@ static WRITE_BY_RUBY: LazyId = LazyId::new("write_by_ruby");
 static TIMEOUT: LazyId = LazyId::new("timeout");
 static STAT: LazyId = LazyId::new("stat");
 static IS_FILE: LazyId = LazyId::new("file?");
-static ERRNO: LazyId = LazyId::new("errno");
 
 /// `::BasicSocket`, looked up once by `init` (which requires "socket").
 static BASIC_SOCKET: OnceLock<Opaque<RClass>> = OnceLock::new();
@@ -107,7 +106,7 @@ fn io_wait(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error
         .get(2)
         .copied()
         .unwrap_or_else(|| ruby.qnil().as_value());
-    match wait_for(ruby, rb_self, io, interest, timeout) {
+    match wait_for(ruby, rb_self, io, interest, timeout)? {
         Ok(Some(ready)) => {
             let ready: i64 = Integer::try_convert(ready)?.to_i64()?;
             let mut result = 0;
@@ -121,8 +120,12 @@ fn io_wait(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error
         }
         Ok(None) => Ok(ruby.qfalse().as_value()),
         // epoll_ctl refused the descriptor: nothing was registered.
-        Err(e) if errno_of(ruby, &e) == Some(libc::EPERM.into()) => Ok(ready_now),
-        Err(e) => Err(e),
+        Err(errno) if errno == i64::from(libc::EPERM) => Ok(ready_now),
+        Err(errno) => Err(errors::os(
+            ruby,
+            io::Error::from_raw_os_error(errno as i32),
+            "io_wait",
+        )),
     }
 }
 
@@ -149,10 +152,10 @@ fn io_read(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error
     let mut total = 0;
     loop {
         if wait {
-            match wait_for(ruby, rb_self, io, args::READ, io_timeout(ruby, io)?) {
+            match wait_for(ruby, rb_self, io, args::READ, io_timeout(ruby, io)?)? {
                 Ok(Some(_)) => {}
                 Ok(None) => return Ok(negative_errno(ruby, libc::ETIMEDOUT)),
-                Err(e) => return errno_result(ruby, e),
+                Err(errno) => return Ok((-errno).into_value_with(ruby)),
             }
             if open_fd(ruby, file, false)? != Some(fd) {
                 // Ruby's buffer got bytes while we waited (an ungetc): they
@@ -223,10 +226,10 @@ fn io_write(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Erro
                 offset += n;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                match wait_for(ruby, rb_self, io, args::WRITE, io_timeout(ruby, io)?) {
+                match wait_for(ruby, rb_self, io, args::WRITE, io_timeout(ruby, io)?)? {
                     Ok(Some(_)) => {}
                     Ok(None) => return Ok(negative_errno(ruby, libc::ETIMEDOUT)),
-                    Err(e) => return errno_result(ruby, e),
+                    Err(errno) => return Ok((-errno).into_value_with(ruby)),
                 }
             }
             Err(e) => return Ok(negative_errno(ruby, e.raw_os_error().unwrap_or(libc::EIO))),
@@ -244,8 +247,14 @@ fn wait_for_method(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Valu
         Some(timeout) => *timeout,
         None => io_timeout(ruby, args[0])?,
     };
-    let ready = wait_for(ruby, rb_self, args[0], interest, timeout)?;
-    Ok(ready.unwrap_or_else(|| ruby.qnil().as_value()))
+    match wait_for(ruby, rb_self, args[0], interest, timeout)? {
+        Ok(ready) => Ok(ready.unwrap_or_else(|| ruby.qnil().as_value())),
+        Err(errno) => Err(errors::os(
+            ruby,
+            io::Error::from_raw_os_error(errno as i32),
+            "wait_for",
+        )),
+    }
 }
 
 /// Suspends the calling fiber until `io` is ready for `interest`
@@ -258,11 +267,20 @@ fn wait_for(
     io: Value,
     interest: i64,
     timeout: Value,
-) -> Result<Option<Value>, Error> {
+) -> Result<Result<Option<Value>, i64>, Error> {
     let evloop: Value = rb_self.ivar_get(*LOOP)?;
-    let ready = RbLoop::wait_io(ruby, evloop, &[io, interest.into_value_with(ruby), timeout])
-        .map_err(|error| closed_before_wait(ruby, io, error))?;
-    Ok((!ready.is_nil()).then_some(ready))
+    let refused = std::cell::Cell::new(None);
+    let args = [io, interest.into_value_with(ruby), timeout];
+    let waited = RbLoop::wait_io_with(ruby, evloop, &args, |e, fd| {
+        refused.set(Some(i64::from(e.raw_os_error().unwrap_or(libc::EIO))));
+        errors::os(ruby, e, &format!("wait_io(fd {fd})"))
+    });
+    match (waited, refused.get()) {
+        // The kernel refused the registration: the hooks' -errno.
+        (Err(_), Some(errno)) => Ok(Err(errno)),
+        (Err(error), None) => Err(closed_before_wait(ruby, io, error)),
+        (Ok(ready), _) => Ok(Ok((!ready.is_nil()).then_some(ready))),
+    }
 }
 
 /// The IOError of an IO closed while a fiber waits on it.
@@ -311,21 +329,6 @@ fn io_timeout(ruby: &Ruby, io: Value) -> Result<Value, Error> {
     } else {
         Ok(ruby.qnil().as_value())
     }
-}
-
-/// A `SystemCallError` as the hooks' -errno result; anything else raised.
-fn errno_result(ruby: &Ruby, error: Error) -> Result<Value, Error> {
-    match errno_of(ruby, &error) {
-        Some(errno) => Ok((-errno).into_value_with(ruby)),
-        None => Err(error),
-    }
-}
-
-fn errno_of(ruby: &Ruby, error: &Error) -> Option<i64> {
-    if !error.is_kind_of(ruby.exception_system_call_error()) {
-        return None;
-    }
-    error.value()?.funcall(*ERRNO, ()).ok()
 }
 
 fn negative_errno(ruby: &Ruby, errno: i32) -> Value {

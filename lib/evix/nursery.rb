@@ -1,0 +1,141 @@
+# frozen_string_literal: true
+
+module Evix
+  # The tasks of one Evix::Scheduler (every Fiber.schedule under Evix.run),
+  # and how their failures end the run (DESIGN.md §9): the first unhandled
+  # exception cancels every other task, their ensure blocks run for up to
+  # +cancel_timeout+ seconds, then the first exception is raised; later ones
+  # are in its #suppressed. A task still running past the bound is
+  # abandoned with a warning naming it.
+  class Nursery
+    # How long #drive blocks at a time while every task waits on another thread.
+    IDLE_POLL = 1.0
+
+    # @return [Exception, nil] the first unhandled exception
+    attr_reader :failure
+
+    # @param loop [Evix::Loop]
+    # @param cancel_timeout [Numeric] seconds cancelled tasks get to finish
+    def initialize(loop, cancel_timeout: 5)
+      unless cancel_timeout.is_a?(Numeric) && cancel_timeout >= 0 && !cancel_timeout.to_f.nan?
+        raise ArgumentError, "cancel_timeout must be a non-negative number of seconds (got #{cancel_timeout.inspect})"
+      end
+
+      @loop = loop
+      @cancel_timeout = cancel_timeout
+      @tasks = {}.compare_by_identity
+      @failure = nil
+      @suppressed = []
+      @deadline = nil
+    end
+
+    # Starts the block now as a task of this nursery.
+    # @return [Evix::Task]
+    def spawn(&)
+      task = Task.new(@loop, start: false, nursery: self, &)
+      @tasks[task] = true
+      task.start
+      task
+    end
+
+    # @return [Integer] tasks that have not finished
+    def size
+      @tasks.size
+    end
+
+    # Called by a task of this nursery when it ends. @api private
+    # @return [nil]
+    def task_ended(task)
+      @tasks.delete(task)
+      # The last task ended: #drive's run_once must not go on to block.
+      @loop.stop if @tasks.empty?
+      nil
+    end
+
+    # Called by a task whose exception nobody waits for. @api private
+    # @return [nil]
+    def task_failed(_task, error)
+      fail_with(error)
+      nil
+    end
+
+    # Records +error+ as the run's failure (or a suppressed one) and cancels
+    # every task; for an exception raised outside the tasks (a signal in
+    # the loop's wait, Thread#raise).
+    # @return [nil]
+    def fail_with(error)
+      if @failure.nil?
+        @failure = error
+        cancel_all("#{error.class}: #{error.message}")
+      elsif !error.is_a?(CancelledError) && !error.equal?(@failure)
+        @suppressed << error
+      end
+      nil
+    end
+
+    # Cancels every task (their ensure blocks run) and starts the bound on
+    # how long #drive waits for them.
+    # @return [nil]
+    def cancel_all(reason = nil)
+      @deadline ||= clock + @cancel_timeout
+      current = Task.current
+      @tasks.each_key { |task| task.cancel(reason && "cancelled: #{reason}") unless task.equal?(current) }
+      nil
+    end
+
+    # Runs the loop until every task has finished, or the cancellation bound
+    # passed, or the tasks left can no longer be woken (parked outside any
+    # wait of the loop): those are abandoned with a warning.
+    # @return [nil]
+    def drive
+      until @tasks.empty?
+        left = @deadline && (@deadline - clock)
+        return abandon("still running #{@cancel_timeout}s after cancellation") if left && left <= 0
+        return abandon("parked outside any wait of the loop") if stuck?
+
+        limit = @loop.alive? ? left : [left || IDLE_POLL, IDLE_POLL].min
+        @loop.run_once(limit)
+      end
+      nil
+    end
+
+    # Raises the failure, if any, with the later exceptions in #suppressed
+    # (once: it is reported by whoever asks first).
+    # @return [nil]
+    def raise_failure
+      return if @failure.nil? || @reported
+
+      @reported = true
+      @failure.extend(Suppressed) unless @failure.is_a?(Suppressed)
+      @failure.suppressed.concat(@suppressed - @failure.suppressed)
+      raise @failure
+    end
+
+    private
+
+    # Nothing can resume the remaining tasks: the loop has nothing to do and
+    # none of them waits on it (a wait for another thread counts).
+    def stuck?
+      !@loop.alive? && @loop.waiters.zero?
+    end
+
+    def abandon(why)
+      @tasks.each_key { |task| warn "evix: abandoned #{task.inspect} (#{why})" }
+      @tasks.clear
+      nil
+    end
+
+    def clock
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+  end
+
+  # Extended onto the exception a run or a Evix::Barrier raises: the
+  # exceptions that came after it.
+  module Suppressed
+    # @return [Array<Exception>] later exceptions, in the order they came
+    def suppressed
+      @suppressed ||= []
+    end
+  end
+end
