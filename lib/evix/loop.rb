@@ -69,7 +69,9 @@ module Evix
       keeper&.cancel
     end
 
-    # Runs the block on this loop whenever +signal+ arrives.
+    # Runs the block on this loop, in a new task, whenever +signal+ arrives
+    # (replacing this loop's earlier block for it). Other loops, on any
+    # thread, may handle the same signal: each runs its own block.
     # @return [Integer] the signal number
     def add_signal(signal, &)
       ensure_usable!
@@ -83,18 +85,16 @@ module Evix
       @signals.add(signal, &)
     end
 
-    # Stops handling +signal+ and restores the previous handler.
+    # Stops handling +signal+ on this loop. The last loop of the process to
+    # stop handling it restores the handler that was there before evix.
+    # The self-pipe stays open until #close: its read end is reserved as the
+    # loop's own fd, which a new pipe could otherwise reuse.
     # @return [Boolean] whether a handler was removed
     def remove_signal(signal)
       ensure_usable!
       return false unless @signals
 
-      removed = @signals.remove(signal)
-      if @signals.empty?
-        @signals.close
-        @signals = nil
-      end
-      removed
+      @signals.remove(signal)
     end
 
     # Restores signal handlers, then closes the loop. See the native #close.

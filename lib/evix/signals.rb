@@ -3,48 +3,48 @@
 module Evix
   # One self-pipe per loop for signals: the trap handler only writes the
   # signal number as a byte; a persistent, unref'd watcher reads it and runs
-  # the blocks on the loop, in normal context.
+  # each block in a new task of the loop (normal context: the block may
+  # wait, e.g. for TCPServer#shutdown's drain).
+  #
+  # The Ruby trap itself is process-wide and shared (see Registry): several
+  # loops, on any threads, may handle one signal, and each gets every
+  # delivery.
   class Signals
     # @return [::IO] the self-pipe's read end (the loop's own descriptor)
     attr_reader :reader
 
+    # @param loop [Evix::Loop] the loop whose blocks this runs
     def initialize(loop)
       @loop = loop
       @handlers = {}
-      @previous = {}
       @reader, @writer = ::IO.pipe
       [@reader, @writer].each { |io| io.binmode.sync = true }
       @watcher = loop.add_io(@reader, READ) { dispatch }
       @watcher.unref
     end
 
+    # Runs +block+ on the loop for every +signal+; replaces this loop's
+    # earlier block for it.
+    # @param signal [Symbol, String, Integer] name (with or without "SIG") or number
     # @return [Integer] the signal number
     def add(signal, &block)
       signo = Signals.number(signal)
       raise ArgumentError, "add_signal requires a block" unless block
 
-      writer = @writer
-      byte = [signo].pack("C")
-      pid = Process.pid
-      previous = Signal.trap(signo) do
-        # Only a byte: a trap handler must not run loop code. A forked child
-        # inherits this trap but not the loop: it gets the old handler back.
-        next writer.write_nonblock(byte, exception: false) if Process.pid == pid
-
-        Signal.trap(signo, @previous[signo] || "DEFAULT")
-        Process.kill(signo, Process.pid)
-      end
-      @previous[signo] = previous unless @handlers.key?(signo)
+      Registry.add(signo, @writer) unless @handlers.key?(signo)
       @handlers[signo] = block
       signo
     end
 
-    # Restores the handler that was there before #add. @return [Boolean]
+    # Stops handling +signal+ on this loop; the last loop to stop handling it
+    # restores the handler that was there before evix.
+    # @param signal [Symbol, String, Integer]
+    # @return [Boolean] whether this loop handled it
     def remove(signal)
       signo = Signals.number(signal)
       return false unless @handlers.delete(signo)
 
-      Signal.trap(signo, @previous.delete(signo) || "DEFAULT")
+      Registry.remove(signo, @writer)
       true
     end
 
@@ -53,9 +53,11 @@ module Evix
       @handlers.empty?
     end
 
-    # Restores every handler and closes the pipe.
+    # Stops handling every signal and closes the pipe.
+    # @return [void]
     def close
-      @handlers.keys.each { |signo| remove(signo) } # rubocop:disable Style/HashEachMethods -- remove deletes
+      @handlers.each_key { |signo| Registry.remove(signo, @writer) }
+      @handlers.clear
       @watcher.cancel
       @reader.close
       @writer.close
@@ -78,13 +80,142 @@ module Evix
 
     private
 
+    # Each signal that arrived runs its block once, in a task started now: an
+    # exception it raises propagates out of run like any callback's.
     def dispatch
       bytes = @reader.read_nonblock(4096, exception: false)
       return unless bytes.is_a?(String)
 
       bytes.unpack("C*").uniq.each do |signo|
         handler = @handlers[signo]
-        handler&.call(signo)
+        Task.new(@loop, start: true) { handler.call(signo) } if handler
+      end
+    end
+
+    # The process-wide side of signals: one Ruby trap per signal, shared by
+    # every loop that handles it. The first loop to add a signal installs
+    # the trap; the last one to remove it restores the handler that was there
+    # before (unless someone else trapped the signal since: that handler
+    # stays). The trap only writes the signal's byte to each registered
+    # loop's self-pipe.
+    #
+    # Changes take a lock; the trap reads a frozen snapshot and takes none
+    # (a trap handler may not lock a Mutex). A forked child inherits the
+    # trap but none of the loops: on the child's first signal, or its first
+    # change here, it gets the old handlers back (DESIGN.md §4).
+    # @api private
+    module Registry
+      # One signal's state: the handler evix replaced, and the self-pipe
+      # write ends of the loops handling it.
+      Entry = Struct.new(:previous, :writers)
+
+      # The Ruby trap for every signal evix handles (it gets the number).
+      TRAP = proc { |signo| Registry.deliver(signo) }
+
+      @lock = Mutex.new
+      @pid = Process.pid
+      @entries = {}.freeze # signo => Entry, both frozen: replaced, never changed
+
+      class << self
+        # Registers +writer+ (a loop's self-pipe) for +signo+; installs the
+        # trap for the first one.
+        # @param signo [Integer]
+        # @param writer [::IO]
+        # @return [void]
+        def add(signo, writer)
+          synchronize do
+            entry = @entries[signo]
+            replaced = Signal.trap(signo, TRAP) # may raise (reserved signal): nothing changed yet
+            previous = entry ? entry.previous : replaced
+            writers = entry ? entry.writers + [writer] : [writer]
+            update(signo, Entry.new(previous, writers.freeze).freeze)
+          end
+        end
+
+        # Unregisters +writer+ for +signo+; the last one restores the
+        # handler that evix replaced.
+        # @param signo [Integer]
+        # @param writer [::IO]
+        # @return [void]
+        def remove(signo, writer)
+          synchronize do
+            entry = @entries[signo]
+            next unless entry&.writers&.include?(writer)
+
+            writers = entry.writers.reject { |w| w.equal?(writer) }.freeze
+            if writers.empty?
+              restore(signo, entry.previous)
+              update(signo, nil)
+            else
+              update(signo, Entry.new(entry.previous, writers).freeze)
+            end
+          end
+        end
+
+        # The trap: writes the signal's byte to every registered self-pipe
+        # (dropped when a pipe is full: that loop already has a wake
+        # pending). Takes no lock and allocates only the byte.
+        # @param signo [Integer]
+        # @return [void]
+        def deliver(signo)
+          entry = @entries[signo]
+          return forked_child_got(signo, entry) unless Process.pid == @pid
+          return unless entry
+
+          byte = signo.chr
+          entry.writers.each do |writer|
+            writer.write_nonblock(byte, exception: false)
+          rescue ::IOError, SystemCallError
+            nil # that loop is closing its pipe right now
+          end
+        end
+
+        private
+
+        # Mutex#lock raises in a trap handler but #try_lock does not, and a
+        # handler may call add_signal: so spin on try_lock (what it guards
+        # never blocks). If this thread holds the lock, a trap handler
+        # interrupted its own change: waiting would never end.
+        def synchronize
+          until @lock.try_lock
+            raise Error, "add_signal/remove_signal called from a trap handler that interrupted one" if @lock.owned?
+
+            Thread.pass
+          end
+          begin
+            forget_parent if Process.pid != @pid
+            yield
+          ensure
+            @lock.unlock
+          end
+        end
+
+        def update(signo, entry)
+          entries = @entries.dup
+          entry ? entries[signo] = entry : entries.delete(signo)
+          @entries = entries.freeze
+        end
+
+        # Puts +previous+ back if evix's trap is still installed; a handler
+        # trapped over evix's since stays.
+        def restore(signo, previous)
+          current = Signal.trap(signo, previous || "DEFAULT")
+          Signal.trap(signo, current || "DEFAULT") unless current.equal?(TRAP)
+        end
+
+        # In a forked child: the loops (and their pipes) are the parent's.
+        def forget_parent
+          @entries.each { |signo, entry| restore(signo, entry.previous) }
+          @entries = {}.freeze
+          @pid = Process.pid
+        end
+
+        # A signal in a forked child that never changed a handler: this
+        # signal's old handler comes back and gets it.
+        def forked_child_got(signo, entry)
+          restore(signo, entry&.previous)
+          Process.kill(signo, Process.pid)
+        end
       end
     end
   end

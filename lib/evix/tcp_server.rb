@@ -17,13 +17,15 @@ module Evix
     # @param port [Integer] port (0 picks a free one, see #port)
     # @param backlog [Integer] listen(2) backlog
     # @param reuse_port [Boolean] set SO_REUSEPORT (one listener per process)
-    # @param idle_timeout [Numeric, nil] close connections with no input for this long
+    # @param idle_timeout [Numeric, nil] close connections with no input for
+    #   this many seconds (finite, not negative)
+    # @raise [ArgumentError] for a negative or non-finite idle_timeout
     def initialize(loop, host, port, backlog: 1024, reuse_port: false, idle_timeout: nil, &handler)
       raise ArgumentError, "Evix::TCPServer.new requires a block" unless handler
 
       @loop = loop
       @handler = handler
-      @idle_timeout = idle_timeout
+      @idle_timeout = idle_timeout && TCPServer.seconds(idle_timeout, "idle_timeout")
       @clients = {}
       @connections = 0
       @on_error = method(:report)
@@ -67,9 +69,17 @@ module Evix
 
     # Drains: stops accepting, lets connections finish what they are writing
     # (their reads see end of file), and force-closes what is left at the
-    # deadline. Inside a task the calling fiber waits; outside, the loop runs.
+    # deadline: their handlers are cancelled (Evix::CancelledError at their
+    # wait, ensure blocks run). Returns when the drain is over. Inside a task (and a block
+    # of Loop#add_signal runs in one) the calling fiber waits while the loop
+    # goes on; outside Loop#run, the loop runs. A plain callback (add_timer,
+    # add_io) cannot wait: spawn a task there.
+    # @param timeout [Numeric] seconds before what is left is forced
+    #   (finite, not negative)
     # @return [Integer] how many connections had to be forced
+    # @raise [ArgumentError] for a negative or non-finite timeout
     def shutdown(timeout: 5)
+      timeout = TCPServer.seconds(timeout, "timeout")
       close
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       @clients.each_key(&:close_read)
@@ -79,9 +89,20 @@ module Evix
 
         wait_for_clients(remaining)
       end
-      forced = @clients.size
-      @clients.keys.each(&:close) # rubocop:disable Style/HashEachMethods -- a snapshot: closing ends tasks
-      forced
+      force(@clients.dup)
+    end
+
+    # +value+ if it is a finite, non-negative number of seconds (the rule and
+    # wording of the loop's own timeouts).
+    # @api private
+    # @return [Numeric]
+    def self.seconds(value, name)
+      raise TypeError, "#{name} must be a Numeric number of seconds (got #{value.inspect})" unless value.is_a?(Numeric)
+      unless value.real? && value.finite? && !value.negative?
+        raise ArgumentError, "#{name} must be a finite, non-negative number of seconds (got #{value.inspect})"
+      end
+
+      value
     end
 
     private
@@ -140,6 +161,8 @@ module Evix
     def serve(client)
       idle = watch_idle(client)
       @handler.call(client)
+    rescue CancelledError
+      raise # #shutdown's deadline (or the user) cancelled the handler: not its error
     rescue ClosedError, Errno::EPIPE, Errno::ECONNRESET => e
       @on_error.call(e, client) unless client.closed? || e.is_a?(ClosedError)
     rescue StandardError => e
@@ -155,6 +178,18 @@ module Evix
       return unless @idle_timeout
 
       client.idle_timer = @loop.add_timer(@idle_timeout) { client.close }
+    end
+
+    # Closes the connections left at the deadline and cancels their
+    # handlers, then gives the loop one turn so that those end (their ensure
+    # blocks run) before #shutdown returns. @return [Integer] how many
+    def force(left)
+      left.each do |client, task|
+        client.close
+        task.cancel("Evix::TCPServer#shutdown: deadline passed")
+      end
+      wait_for_clients(0) unless left.empty?
+      left.size
     end
 
     # Polls: connections end in their own fibers, at their own pace.

@@ -144,6 +144,24 @@ RSpec.describe "Evix::Loop#add_signal and #remove_signal" do
       expect(Signal.trap(:USR1, previous)).to equal(previous)
     end
 
+    it "leaves fds that the signal pipe's numbers could be reused for free to watch after the last one" do
+      ev.add_signal(:USR1) {}
+      ev.remove_signal(:USR1)
+      pipes = Array.new(2) { pipe }
+      refused = pipes.flatten.filter_map do |io|
+        ev.add_io(io, Evix::READ) {}.cancel
+        nil
+      rescue ArgumentError => e
+        e.message
+      end
+      expect(refused).to eq([])
+      ev.add_signal(:USR1) { ev.stop }
+      Process.kill(:USR1, Process.pid)
+      safety = safety_timer
+      expect(elapsed { ev.run }).to be < 1
+      safety.cancel
+    end
+
     it "returns false for a signal it does not handle" do
       expect(ev.remove_signal(:USR1)).to be(false)
       ev.add_signal(:USR2) {}
@@ -219,6 +237,107 @@ RSpec.describe "Evix::Loop#add_signal and #remove_signal" do
     send_later(:USR1)
     expect(elapsed { ev.run }).to be < 1
     safety.cancel
+  end
+
+  it "runs the block in a task of the loop, so it may wait" do
+    got = []
+    ev.add_signal(:USR1) do
+      got << Evix::Task.current.class
+      ev.sleep(0.05)
+      got << :slept
+      ev.stop
+    end
+    safety = safety_timer
+    send_later(:USR1)
+    ev.run
+    safety.cancel
+    expect(got).to eq([Evix::Task, :slept])
+  end
+
+  describe "several loops handling one signal (one process-wide trap)" do
+    # A loop on its own thread that handles +signal+ by pushing +name+ onto
+    # +got+; it runs until it is told to :close (then closes itself) or :stop.
+    def loop_thread(name, got, signal: :USR1)
+      commands = Queue.new
+      ready = Queue.new
+      thread = helper_thread do
+        evloop = Evix::Loop.new
+        evloop.add_signal(signal) { got << name }
+        r, w = IO.pipe
+        evloop.add_io(r, Evix::READ) { evloop.stop }
+        ready << w
+        evloop.run
+        evloop.remove_signal(signal) if commands.pop == :remove
+        evloop.close
+        [r, w].each(&:close)
+      end
+      [thread, ready.pop, commands]
+    end
+
+    it "delivers to loops on different threads; ending one keeps the other's handler" do
+      got = Queue.new
+      a, wake_a, commands_a = loop_thread(:a, got)
+      ev.add_signal(:USR1) { |_| got << :main }
+      Process.kill(:USR1, Process.pid)
+      deadline = now + 3
+      ev.run_once(0.05) until got.size >= 2 || now > deadline
+      expect([got.pop, got.pop].sort).to eq(%i[a main])
+      wake_a.write("!")
+      commands_a << :remove
+      a.join(2)
+      expect(a.alive?).to be(false)
+      Process.kill(:USR1, Process.pid)
+      ev.add_timer(0.1) {}
+      ev.run
+      expect(got.pop(true)).to eq(:main)
+      expect(got.empty?).to be(true)
+    end
+
+    it "restores the handler from before evix only when the last loop stops handling the signal" do
+      previous = proc {}
+      Signal.trap(:USR1, previous)
+      other = new_loop
+      ev.add_signal(:USR1) {}
+      other.add_signal(:USR1) {}
+      ev.remove_signal(:USR1)
+      installed = Signal.trap(:USR1, "IGNORE")
+      Signal.trap(:USR1, installed)
+      expect(installed).not_to equal(previous)
+      other.close
+      expect(Signal.trap(:USR1, previous)).to equal(previous)
+    end
+
+    it "leaves a handler that was trapped over evix's in place when the last loop lets go" do
+      mine = proc {}
+      ev.add_signal(:USR1) {}
+      Signal.trap(:USR1, mine)
+      ev.remove_signal(:USR1)
+      expect(Signal.trap(:USR1, mine)).to equal(mine)
+    end
+
+    it "gives a forked child the handler from before evix, and lets its own loop handle the signal" do
+      r, w = pipe
+      Signal.trap(:USR2, proc { w.write("previous\n") })
+      ev.add_signal(:USR2) { w.write("parent loop\n") }
+      pid = fork do
+        Process.kill(:USR2, Process.pid)
+        sleep 0.05
+        child = Evix::Loop.new
+        child.add_signal(:USR2) do
+          w.write("child loop\n")
+          child.stop
+        end
+        Process.kill(:USR2, Process.pid)
+        child.add_timer(2) { child.stop }
+        child.run
+        exit!(0)
+      end
+      wait_child(pid)
+      ev.add_timer(0.05) {}
+      ev.run
+      w.close
+      expect(r.read.lines).to eq(["previous\n", "child loop\n"])
+    end
   end
 
   describe "bad input" do

@@ -317,9 +317,115 @@ RSpec.describe Evix::TCPServer do
       run_until { eof?(client) }
       expect(server.connections).to eq(0)
     end
+
+    it "raises ArgumentError showing a negative or NaN timeout, and still accepts" do
+      server = echo_server
+      [-1, Float::NAN].each do |bad|
+        expect { server.shutdown(timeout: bad) }.to raise_error(ArgumentError, /timeout.*#{Regexp.escape(bad.to_s)}/)
+      end
+      expect(server.closed?).to be(false)
+    end
+  end
+
+  describe "#shutdown from a signal block" do
+    # USR1 terminates the process by default: while an example runs it is
+    # ignored by a harmless Ruby handler, so a late signal cannot kill rspec.
+    around do |example|
+      saved = Signal.trap(:USR1, proc {})
+      begin
+        example.run
+      ensure
+        sleep 0.02
+        Signal.trap(:USR1, saved || "DEFAULT")
+      end
+    end
+
+    # An echo server whose handler, at EOF, takes +linger+ seconds to say
+    # "bye"; USR1 runs `shutdown(timeout:); stop`, as README's TERM block does.
+    def lingering_server(linger:, timeout:, outcome:)
+      server = server_on do |client|
+        while (data = client.read)
+          client.write(data)
+        end
+        ev.sleep(linger)
+        client.write("bye")
+      end
+      ev.add_signal(:USR1) do
+        outcome[:forced] = server.shutdown(timeout: timeout)
+        ev.stop
+      end
+      server
+    end
+
+    # What the client got, what shutdown returned, how long run took and the
+    # connections left when it returned.
+    def drain_on_usr1(linger:, timeout:)
+      outcome = {}
+      server = lingering_server(linger: linger, timeout: timeout, outcome: outcome)
+      client = plain_client(server.port)
+      expect(round_trip(client, "hi")).to eq("hi")
+      safety = ev.add_timer(5) { ev.stop }
+      helper_thread { Process.kill(:USR1, Process.pid) }
+      outcome[:took] = elapsed { ev.run }
+      safety.cancel
+      outcome[:left] = server.connections
+      outcome[:got] = String.new
+      run_until { eof?(client, outcome[:got]) }
+      outcome
+    end
+
+    it "waits for the handlers to finish, then stop ends run (README's pattern)", timing: true do
+      result = drain_on_usr1(linger: 0.3, timeout: 3)
+      expect(result).to match(got: "bye", forced: 0, took: be_between(0.28, 2), left: 0)
+    end
+
+    it "forces what is left at the deadline (the handler is cancelled), then stop ends run", timing: true do
+      result = drain_on_usr1(linger: 10, timeout: 0.3)
+      expect(result).to match(got: "", forced: 1, took: be_between(0.28, 2), left: 0)
+    end
+
+    # README's server code as it stands, on port 0, printing the port first
+    # and "run returned" after run.
+    def readme_server_code
+      readme = File.read(File.expand_path("../../README.md", __dir__))
+      snippet = readme[/^server = Evix::TCPServer\.new.*?^loop\.run\b[^\n]*\n/m]
+      expect(snippet).to include("loop.add_signal(:TERM) { server.shutdown(timeout: 5); loop.stop }")
+      server_code = snippet.sub(", 7000,", ", 0,").sub(/^loop\.run/, "puts \"port \#{server.port}\"\nloop.run")
+      "$stdout.sync = true\nloop = Evix::Loop.new\n#{server_code}puts 'run returned'\n"
+    end
+
+    # A TERM while a client is connected drains it and run returns.
+    it "runs README's own code: the client sees EOF and run returns" do
+      lib = File.expand_path("../../lib", __dir__)
+      command = [RbConfig.ruby, "-I", lib, "-revix", "-e", readme_server_code]
+      Open3.popen3(*command, pgroup: true) do |input, out, err, thread|
+        input.close
+        Timeout.timeout(10) do
+          client = TCPSocket.new("127.0.0.1", Integer(out.gets.to_s[/\d+/]))
+          client.write("hello")
+          expect(client.readpartial(5)).to eq("hello")
+          Process.kill(:TERM, thread.pid)
+          expect(client.read).to eq("")
+          client.close
+          expect(out.gets).to eq("run returned\n")
+          expect(thread.value).to be_success
+          expect(err.read).to eq("")
+        end
+      ensure
+        Process.kill(:KILL, -thread.pid) if thread.join(0.1).nil?
+      end
+    end
   end
 
   describe "idle_timeout" do
+    it "raises ArgumentError showing a negative, NaN or infinite value, and TypeError for a non-number" do
+      [-1, -0.5, Float::NAN, Float::INFINITY].each do |bad|
+        expect { described_class.new(ev, "127.0.0.1", 0, idle_timeout: bad) {} }
+          .to raise_error(ArgumentError, /idle_timeout.*#{Regexp.escape(bad.to_s)}/)
+      end
+      expect { described_class.new(ev, "127.0.0.1", 0, idle_timeout: "5") {} }.to raise_error(TypeError, /idle_timeout/)
+    end
+
     it "closes a connection with no input for that long, but not one that keeps talking", timing: true do
       server = echo_server(idle_timeout: 0.2)
       t0 = now
