@@ -59,7 +59,8 @@ module Evix
       # Reads go through one String per scheduler (then copied into the
       # buffer) instead of a new String each, at most this many bytes at once.
       SCRATCH_LIMIT = 64 * 1024
-      private_constant :DIRECT_NONBLOCK, :SCRATCH_LIMIT
+      EAGAIN = Errno::EAGAIN::Errno
+      private_constant :DIRECT_NONBLOCK, :SCRATCH_LIMIT, :EAGAIN
 
       private
 
@@ -70,13 +71,15 @@ module Evix
 
       # io_read on an IO other than a socket (a pipe, a terminal, a file), or
       # on one whose bytes Ruby's own buffer holds: reads at least +length+
-      # bytes (0: whatever is available) into +buffer+ at +offset+.
+      # bytes (0: whatever is available) into +buffer+ at +offset+, waiting
+      # until there are some; for IO#read_nonblock -EAGAIN instead of a wait.
       # @return [Integer] bytes read, or -errno
       def read_by_ruby(io, buffer, length, offset = 0)
         total = 0
         while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
           chunk = read_nonblock(io, [buffer.size - offset, SCRATCH_LIMIT].min)
           if :wait_readable == chunk # rubocop:disable Style/YodaCondition -- no method call
+            return -EAGAIN if 0 == length && nonblock_call? # rubocop:disable Style/YodaCondition,Style/NumericPredicate -- no method call
             return -Errno::ETIMEDOUT::Errno unless wait_for(io, READ)
 
             next
@@ -116,6 +119,16 @@ module Evix
         total
       rescue SystemCallError => e
         -e.errno
+      end
+
+      # Whether this io_read came from IO#read_nonblock, which must not wait:
+      # -EAGAIN makes it return :wait_readable or raise IO::EAGAINWaitReadable.
+      # Ruby 3.1 calls io_read with length 0 for it and for every other read
+      # alike, and the others must wait here (IO#sysread raises on -EAGAIN),
+      # so only the caller tells them apart: the frame under the io_read hook
+      # (asked only when there is nothing to read, just before a wait).
+      def nonblock_call?
+        caller_locations(2, 3).any? { |frame| frame.label == "read_nonblock" && frame.path == "<internal:io>" }
       end
 
       def read_nonblock(io, size)

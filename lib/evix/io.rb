@@ -1,12 +1,17 @@
 # frozen_string_literal: true
 
 require "English"
+require "io/wait"
 
 module Evix
   # A non-blocking IO driven by a loop, for code running in an Evix::Task.
   # Every operation tries the system call first and waits (Loop#wait_io)
   # only when the kernel says it would block. Closing the IO (#close, or
   # IO#close on it) ends every wait on it with Evix::ClosedError.
+  #
+  # Timeouts (the default one and each +timeout:+) are nil (no limit) or a
+  # finite, non-negative Numeric number of seconds; anything else raises at
+  # the call (ArgumentError, TypeError), even when no wait was needed.
   #
   # The hot path (read, write, the wait between them) avoids method calls and
   # allocations it can do without, and has no Kernel#loop: that C iterator
@@ -21,7 +26,7 @@ module Evix
     private_constant :EMPTY, :EndOfReads
 
     # @return [Numeric, nil] seconds each operation may wait (nil: no limit)
-    attr_accessor :timeout
+    attr_reader :timeout
 
     # @return [::IO] the wrapped IO
     attr_reader :io
@@ -32,8 +37,11 @@ module Evix
     # @param loop [Evix::Loop]
     # @param io [::IO] an open IO; it is switched to non-blocking mode
     # @param timeout [Numeric, nil] default per-operation timeout in seconds
+    # @raise [ArgumentError] a negative, NaN or infinite timeout
     def initialize(loop, io, timeout: nil)
       raise TypeError, "io must be an IO (got #{io.inspect})" unless io.respond_to?(:to_io)
+
+      check_timeout(timeout)
       raise ClosedError, "IO is closed" if io.to_io.closed?
 
       @loop = loop
@@ -53,10 +61,22 @@ module Evix
       @thread = Thread.current
     end
 
+    # Sets the default timeout of every operation.
+    # @param seconds [Numeric, nil] nil: no limit
+    # @raise [ArgumentError] a negative, NaN or infinite number
+    def timeout=(seconds)
+      check_timeout(seconds)
+      @timeout = seconds
+    end
+
     # Reads up to +maxlen+ bytes; nil at end of file.
     # @return [String, nil]
     def read(maxlen = CHUNK, timeout: @timeout)
+      # A timeout equal to the default one was checked when it was set; with
+      # no timeout this is one branch, no method call.
+      check_timeout(timeout) if timeout && timeout != @timeout
       unless @buffer.empty?
+        raise ArgumentError, "negative length #{maxlen} given" if maxlen.negative?
         raise ClosedError, "IO is closed" if @io.closed?
 
         return take(maxlen)
@@ -66,8 +86,13 @@ module Evix
 
     # Reads exactly +length+ bytes; nil at end of file before the first byte,
     # EOFError if the stream ends part way.
+    # @param length [Integer] not negative
     # @return [String, nil]
     def read_exactly(length, timeout: @timeout)
+      raise TypeError, "length must be an Integer (got #{length.inspect})" unless length.is_a?(Integer)
+      raise ArgumentError, "negative length #{length} given" if length.negative?
+
+      check_timeout(timeout, @timeout)
       check_open
       while @buffer.bytesize < length
         next if fill(timeout)
@@ -79,14 +104,17 @@ module Evix
     end
 
     # Reads a line ending in +separator+ (at most +limit+ bytes); nil at end
-    # of file. An empty separator reads a paragraph, like IO#gets("").
+    # of file. An empty separator reads a paragraph, like IO#gets(""); a nil
+    # one reads to end of file. A negative limit is no limit, as for IO#gets.
     # @return [String, nil]
     def gets(separator = $INPUT_RECORD_SEPARATOR, limit = nil, timeout: @timeout)
+      check_timeout(timeout, @timeout)
       check_open
       if separator.is_a?(Integer)
         limit = separator
         separator = $INPUT_RECORD_SEPARATOR
       end
+      limit = nil if limit&.negative?
       paragraph = separator&.empty?
       separator = "\n\n" if paragraph
       until (line = line_from_buffer(separator, limit, paragraph))
@@ -97,10 +125,12 @@ module Evix
       line
     end
 
-    # Yields each line until end of file.
+    # Yields each line until end of file (see #gets). A limit of 0 raises
+    # ArgumentError, as for IO#each_line: it would yield "" forever.
     # @return [self]
     def each_line(separator = $INPUT_RECORD_SEPARATOR, limit = nil, &block)
       return enum_for(:each_line, separator, limit) unless block
+      raise ArgumentError, "invalid limit: 0 for each_line" if (separator.is_a?(Integer) ? separator : limit)&.zero?
 
       while (line = gets(separator, limit))
         yield line
@@ -109,8 +139,18 @@ module Evix
     end
 
     # Writes all of +data+, waiting whenever the kernel buffer is full.
+    #
+    # Safe from a thread other than the one that wrapped the IO: the bytes go
+    # out from the calling thread and, when the kernel buffer is full, that
+    # thread waits (IO#wait_writable, or its own fiber scheduler) instead of
+    # the loop, whose waits belong to its own thread. So the write ends as it
+    # does on the loop's thread: all the data written, or the error of the
+    # stream (Evix::TimeoutError, Evix::ClosedError, Errno::EPIPE...). Writes
+    # from several threads (or fibers) at once may interleave; one writer at
+    # a time keeps its data in order.
     # @return [Integer] bytes written
     def write(data, timeout: @timeout)
+      check_timeout(timeout) if timeout && timeout != @timeout
       # write_nonblock writes the bytes whatever the encoding: no binary copy.
       data = data.to_s
       total = left = data.bytesize
@@ -123,7 +163,7 @@ module Evix
         written = 0 if written == :wait_writable
         left -= written
         data = data.byteslice(written, left)
-        wait(WRITE, timeout) if written.zero?
+        wait_to_write(timeout) if written.zero?
       end
       total
     rescue ::IOError
@@ -134,11 +174,13 @@ module Evix
 
     # Waits until the IO is readable. @return [true]
     def wait_readable(timeout: @timeout)
+      check_timeout(timeout, @timeout)
       wait(READ, timeout)
     end
 
     # Waits until the IO is writable. @return [true]
     def wait_writable(timeout: @timeout)
+      check_timeout(timeout, @timeout)
       wait(WRITE, timeout)
     end
 
@@ -183,6 +225,20 @@ module Evix
 
     def check_open
       raise ClosedError, "IO is closed" if @io.closed?
+    end
+
+    # Raises unless +timeout+ is nil or a finite, non-negative number of
+    # seconds; the message shows the value as given. A per-call timeout equal
+    # to the +default+ one was checked when that was set. (#read and #write
+    # make that test inline: no method call without a timeout.)
+    def check_timeout(timeout, default = nil)
+      return if timeout.nil? || timeout == default
+      unless timeout.is_a?(Numeric)
+        raise TypeError, "timeout must be a Numeric number of seconds (got #{timeout.inspect})"
+      end
+      return if timeout.real? && timeout.finite? && timeout >= 0
+
+      raise ArgumentError, "timeout must be a finite, non-negative number of seconds (got #{timeout.inspect})"
     end
 
     # Reads more into the buffer; false at end of file.
@@ -298,6 +354,14 @@ module Evix
         @readers.delete(Fiber.current) if reading
       end
       outcome.nil? ? finish_wait(timeout) : true
+    end
+
+    # Waits until the kernel takes more of a write. Only the thread that
+    # wrapped the IO may wait on the loop; another one waits by itself.
+    def wait_to_write(timeout)
+      return wait(WRITE, timeout) if Thread.current == @thread
+
+      @io.wait_writable(timeout) or finish_wait(timeout)
     end
 
     def finish_wait(timeout)

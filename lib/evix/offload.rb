@@ -4,10 +4,16 @@
 module Evix
   # A bounded pool of threads for blocking work. Jobs run on a pool thread;
   # their result (or exception) is handed back to the loop with Loop#post.
+  #
+  # A job always hands something back, even one that ends its own thread
+  # (Thread.exit in the job, Thread#kill of the pool thread from elsewhere):
+  # its caller gets an Evix::Error then, and a new thread takes over the jobs
+  # still queued, so neither the caller nor the pool waits forever.
   class Offload
     # @return [Integer] how many threads the pool may start
     attr_reader :size
 
+    # @param size [Integer] the most threads the pool starts
     def initialize(size: 4)
       unless size.is_a?(Integer) && size.positive?
         raise ArgumentError,
@@ -17,7 +23,6 @@ module Evix
       @size = size
       @jobs = Thread::Queue.new
       @threads = []
-      @idle = 0
       @lock = Thread::Mutex.new
     end
 
@@ -27,7 +32,7 @@ module Evix
       raise ClosedError, "offload pool is closed" if @jobs.closed?
 
       @lock.synchronize do
-        @threads << Thread.new { work_off } if @jobs.size >= @jobs.num_waiting && @threads.size < @size
+        start_thread if @jobs.size >= @jobs.num_waiting && @threads.size < @size
         @jobs << [loop, work, done]
       end
       nil
@@ -36,34 +41,59 @@ module Evix
     # Stops the threads once queued jobs are done. @return [nil]
     def close
       @jobs.close
-      @threads.each(&:join)
+      # Each thread leaves @threads as it ends (see #work_off), and one that
+      # a job killed may have started a successor: join until none is left.
+      while (thread = @lock.synchronize { @threads.first })
+        thread.join
+      end
       nil
     end
 
     private
 
+    # Under @lock.
+    def start_thread
+      @threads << Thread.new { work_off }
+    end
+
     def work_off
-      while (job = next_job)
+      while (job = @jobs.pop)
         run_job(*job)
       end
-    end
-
-    def run_job(loop, work, done)
-      result = begin
-        [work.call, nil]
-      rescue Exception => e # rubocop:disable Lint/RescueException -- handed to the caller
-        [nil, e]
-      end
-      loop.post { done.call(*result) }
-    rescue ClosedError
-      nil
-    end
-
-    def next_job
-      @lock.synchronize { @idle += 1 }
-      @jobs.pop
     ensure
-      @lock.synchronize { @idle -= 1 }
+      retire
+    end
+
+    # The calling pool thread ends: when the pool closes, or part way through
+    # a job that killed it. Jobs still queued then have no thread to run them
+    # unless one starts here.
+    def retire
+      @lock.synchronize do
+        @threads.delete(Thread.current)
+        start_thread unless @jobs.empty?
+      end
+    rescue ThreadError
+      nil # the process is exiting: no new threads
+    end
+
+    # Hands the job's value or exception back to +loop+. Thread.exit and
+    # Thread#kill are no exception a rescue sees: they unwind through the
+    # ensure, which hands back an Evix::Error instead.
+    def run_job(loop, work, done)
+      result = nil
+      begin
+        result = [work.call, nil]
+      rescue Exception => e # rubocop:disable Lint/RescueException -- handed to the caller
+        result = [nil, e]
+      end
+    ensure
+      result ||= [nil, Error.new("the offload job ended its pool thread (Thread.exit or Thread#kill) " \
+                                 "before it returned")]
+      begin
+        loop.post { done.call(*result) }
+      rescue ClosedError
+        nil
+      end
     end
   end
 
