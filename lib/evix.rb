@@ -26,6 +26,11 @@ rescue LoadError
   require "evix/evix"
 end
 require_relative "evix/task"
+require_relative "evix/wait_list"
+require_relative "evix/condition"
+require_relative "evix/semaphore"
+require_relative "evix/queue"
+require_relative "evix/barrier"
 require_relative "evix/io"
 require_relative "evix/signals"
 require_relative "evix/loop"

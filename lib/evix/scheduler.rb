@@ -47,6 +47,25 @@ module Evix
       task.fiber
     end
 
+    # Runs the block in a new task of the scheduler's loop, started on the
+    # loop's next tick like Loop#spawn, and counted among #fibers, so #run
+    # (the end of Evix.run) waits for it. Evix::Barrier#async uses it under
+    # Evix.run.
+    # @param on_finish [#call, nil] see Evix::Task#initialize
+    # @return [Evix::Task]
+    def spawn(on_finish: nil, &block)
+      raise ArgumentError, "spawn requires a block" unless block
+
+      @fibers += 1
+      # Counted down in on_finish, not in an ensure: a task cancelled
+      # before it started never runs its block.
+      finished = lambda do |task, error|
+        @fibers -= 1
+        on_finish ? on_finish.call(task, error) : false
+      end
+      Task.new(@loop, on_finish: finished, &block)
+    end
+
     # Runs the loop until every scheduled fiber has finished.
     # @return [nil]
     def run

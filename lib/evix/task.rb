@@ -19,10 +19,16 @@ module Evix
     # @param loop [Evix::Loop] the loop that drives the fiber
     # @param start [Boolean] true: start now (Fiber.schedule); false: on the
     #   loop's next tick (Loop#spawn)
-    def initialize(loop, start: false, &block)
+    # @param on_finish [#call, nil] called with the task and its exception
+    #   (nil if it returned) once it has ended, after its waiters are woken,
+    #   in the fiber that ended it; a truthy result means the exception is
+    #   taken care of, so it is not raised out of the loop when nobody waits
+    #   for the task (Evix::Barrier collects its children's failures so)
+    def initialize(loop, start: false, on_finish: nil, &block)
       raise ArgumentError, "Evix::Task requires a block" unless block
 
       @loop = loop
+      @on_finish = on_finish
       @thread = Thread.current
       @waiting = [] # tokens of the fibers waiting in #wait
       @state = :pending
@@ -128,7 +134,8 @@ module Evix
       raise unless finish(:failed, nil, e)
     end
 
-    # Records the outcome and wakes the waiters; true if any waited.
+    # Records the outcome, wakes the waiters and tells the on_finish
+    # callback; true if any waited or the callback took the outcome.
     def finish(state, value, error)
       @state = state
       @value = value
@@ -136,7 +143,8 @@ module Evix
       waiting = @waiting
       @waiting = []
       waiting.each { |token| @loop.resume(token) }
-      !waiting.empty?
+      handled = @on_finish&.call(self, error)
+      !waiting.empty? || handled ? true : false
     end
   end
 end
