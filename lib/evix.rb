@@ -16,6 +16,15 @@ module Evix
   # Raised in a task by Evix::Task#cancel (at its wait point), and by
   # Evix::Task#wait on a cancelled task.
   class CancelledError < Error; end
+
+  # Extended onto an exception raised for a group of failures (by
+  # Evix::Barrier#wait and Evix.run): the later ones are kept in #suppressed.
+  module Suppressed
+    # @return [Array<Exception>] the failures that came after this one
+    def suppressed
+      @suppressed ||= []
+    end
+  end
 end
 
 # A build for this Ruby's minor version (lib/evix/3.3/evix.so, as rake
@@ -27,6 +36,11 @@ rescue LoadError
 end
 require_relative "evix/task"
 require_relative "evix/nursery"
+require_relative "evix/wait_list"
+require_relative "evix/condition"
+require_relative "evix/semaphore"
+require_relative "evix/queue"
+require_relative "evix/barrier"
 require_relative "evix/io"
 require_relative "evix/signals"
 require_relative "evix/loop"

@@ -29,34 +29,22 @@ module Evix
       @deadline = nil
     end
 
-    # Starts the block now as a task of this nursery.
+    # Runs the block as a task of this nursery.
+    # @param now [Boolean] true: start it now; false: on the loop's next tick
+    # @param on_finish [#call, nil] also told when the task ends (see
+    #   Evix::Task#initialize); if it takes the task's exception, the nursery
+    #   leaves it alone
     # @return [Evix::Task]
-    def spawn(&)
-      task = Task.new(@loop, start: false, nursery: self, &)
+    def spawn(now: true, on_finish: nil, &)
+      task = Task.new(@loop, start: !now, on_finish: ->(ended, error) { finished(ended, error, on_finish) }, &)
       @tasks[task] = true
-      task.start
+      task.start if now
       task
     end
 
     # @return [Integer] tasks that have not finished
     def size
       @tasks.size
-    end
-
-    # Called by a task of this nursery when it ends. @api private
-    # @return [nil]
-    def task_ended(task)
-      @tasks.delete(task)
-      # The last task ended: #drive's run_once must not go on to block.
-      @loop.stop if @tasks.empty?
-      nil
-    end
-
-    # Called by a task whose exception nobody waits for. @api private
-    # @return [nil]
-    def task_failed(_task, error)
-      fail_with(error)
-      nil
     end
 
     # Records +error+ as the run's failure (or a suppressed one) and cancels
@@ -113,6 +101,19 @@ module Evix
 
     private
 
+    # A task ended with +error+ if nobody waited for it: the first such
+    # failure fails the run. True: the nursery took the error.
+    def finished(task, error, also)
+      @tasks.delete(task)
+      # The last task ended: #drive's run_once must not go on to block.
+      @loop.stop if @tasks.empty?
+      return true if also&.call(task, error)
+      return false if error.nil? || error.is_a?(CancelledError)
+
+      fail_with(error)
+      true
+    end
+
     # Nothing can resume the remaining tasks: the loop has nothing to do and
     # none of them waits on it (a wait for another thread counts).
     def stuck?
@@ -127,15 +128,6 @@ module Evix
 
     def clock
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    end
-  end
-
-  # Extended onto the exception a run or a Evix::Barrier raises: the
-  # exceptions that came after it.
-  module Suppressed
-    # @return [Array<Exception>] later exceptions, in the order they came
-    def suppressed
-      @suppressed ||= []
     end
   end
 end

@@ -46,6 +46,18 @@ module Evix
       @nursery.spawn(&).fiber
     end
 
+    # Runs the block in a new task of the scheduler's loop, started on the
+    # loop's next tick like Loop#spawn, and one of the scheduler's fibers, so
+    # #run (the end of Evix.run) waits for it. Evix::Barrier#async uses it
+    # under Evix.run.
+    # @param on_finish [#call, nil] see Evix::Task#initialize
+    # @return [Evix::Task]
+    def spawn(on_finish: nil, &block)
+      raise ArgumentError, "spawn requires a block" unless block
+
+      @nursery.spawn(now: false, on_finish: on_finish, &block)
+    end
+
     # Runs the loop until every scheduled fiber has finished (see
     # Evix::Nursery#drive).
     # @return [nil]

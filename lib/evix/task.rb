@@ -19,14 +19,16 @@ module Evix
     # @param loop [Evix::Loop] the loop that drives the fiber
     # @param start [Boolean] true: start on the loop's next tick (Loop#spawn);
     #   false: the creator calls #start
-    # @param nursery [Evix::Nursery, nil] told when the task ends, and given
-    #   its exception when nobody waits for it (else the exception propagates
-    #   out of the loop's run)
-    def initialize(loop, start: true, nursery: nil, &block)
+    # @param on_finish [#call, nil] called with the task and, if nobody
+    #   waited for it, its exception (else nil) once it has ended, after its
+    #   waiters are woken, in the fiber that ended it; a truthy result means
+    #   the exception is taken care of (by a Nursery or a Barrier), so it is
+    #   not raised out of the loop's run
+    def initialize(loop, start: true, on_finish: nil, &block)
       raise ArgumentError, "Evix::Task requires a block" unless block
 
       @loop = loop
-      @nursery = nursery
+      @on_finish = on_finish
       @thread = Thread.current
       @waiting = [] # tokens of the fibers waiting in #wait
       @state = :pending
@@ -137,14 +139,12 @@ module Evix
       finish(:done, block.call, nil)
     rescue CancelledError => e
       finish(:cancelled, nil, e)
-    rescue Exception => e # rubocop:disable Lint/RescueException -- surfaced through #wait, the nursery or run
-      return if finish(:failed, nil, e)
-      raise unless @nursery
-
-      @nursery.task_failed(self, e)
+    rescue Exception => e # rubocop:disable Lint/RescueException -- surfaced through #wait, on_finish or run
+      raise unless finish(:failed, nil, e)
     end
 
-    # Records the outcome and wakes the waiters; true if any waited.
+    # Records the outcome, wakes the waiters and tells the on_finish
+    # callback; true if any waited or the callback took the outcome.
     def finish(state, value, error)
       @state = state
       @value = value
@@ -152,8 +152,8 @@ module Evix
       waiting = @waiting
       @waiting = []
       waiting.each { |token| @loop.resume(token) }
-      @nursery&.task_ended(self)
-      !waiting.empty?
+      handled = @on_finish&.call(self, waiting.empty? ? error : nil)
+      !waiting.empty? || handled ? true : false
     end
   end
 end
