@@ -35,8 +35,9 @@ module Evix
     #   Evix::Task#initialize); if it takes the task's exception, the nursery
     #   leaves it alone
     # @return [Evix::Task]
-    def spawn(now: true, on_finish: nil, &)
-      task = Task.new(@loop, start: !now, on_finish: ->(ended, error) { finished(ended, error, on_finish) }, &)
+    def spawn(now: true, on_finish: nil, &block)
+      done = ->(ended, error) { finished(ended, error, on_finish) }
+      task = Task.new(@loop, start: !now, on_finish: done, &block)
       @tasks[task] = true
       task.start if now
       task

@@ -48,7 +48,7 @@ module Evix
       drive(nursery)
       nursery.raise_failure
       finished = true
-      task.wait
+      task.wait(timeout: 0) # an abandoned block: Evix::TimeoutError, never a hang
     ensure
       # Thread#kill unwinds through here with no exception to rescue.
       drive(nursery, "the thread is being killed") if nursery && !finished && !$ERROR_INFO

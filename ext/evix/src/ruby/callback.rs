@@ -3,7 +3,7 @@
 //! them for the core.
 
 use super::{errors, nogvl};
-use crate::core::{Driver, Fire, Wake};
+use crate::core::{Driver, Fire, Loop, Wake};
 use magnus::{
     block::Proc,
     gc::Marker,
@@ -23,6 +23,11 @@ enum Target {
     Fiber(Opaque<Fiber>, Switch),
     /// Raises the exception in `keep` in the fiber (a cancellation).
     Raise(Opaque<Fiber>, Switch),
+    /// Switches back to a fiber the loop ran that is neither waiting nor
+    /// done: user code switched away from it by hand (`other.raise`,
+    /// `other.transfer`), and control came back to the loop instead (see
+    /// `RubyDriver::recover`).
+    Recover(Opaque<Fiber>),
     /// Only kept alive (a pinned IO).
     Nothing,
 }
@@ -109,7 +114,9 @@ impl Callback {
     pub fn mark(&self, marker: &Marker) {
         match self.target {
             Target::Block(block) => marker.mark(block),
-            Target::Fiber(fiber, _) | Target::Raise(fiber, _) => marker.mark(fiber),
+            Target::Fiber(fiber, _) | Target::Raise(fiber, _) | Target::Recover(fiber) => {
+                marker.mark(fiber)
+            }
             Target::Nothing => {}
         }
         if let Some(keep) = self.keep {
@@ -121,6 +128,7 @@ impl Callback {
 /// Calls blocks on the loop thread and releases the GVL while the backend blocks.
 pub struct RubyDriver<'a> {
     pub ruby: &'a Ruby,
+    pub core: &'a Loop<Callback>,
     /// The loop's fork generation: a callback that forked returns, in the
     /// child, into a loop that is the parent's; the run stops there.
     pub fork_generation: u64,
@@ -154,13 +162,35 @@ impl RubyDriver<'_> {
                         .keep
                         .map_or_else(|| ruby.qnil().as_value(), |keep| ruby.get_inner(keep)),
                 };
-                switch_to(fiber, switch, value)
+                switch_to(fiber, switch, value)?;
+                self.recover(fiber);
+                Ok(())
             }
             Target::Raise(fiber, _) => {
                 let fiber = ruby.get_inner(fiber);
                 match callback.keep.map(|keep| ruby.get_inner(keep)) {
-                    Some(exception) if fiber.is_alive() => raise_in(ruby, fiber, exception),
+                    Some(exception) if fiber.is_alive() => {
+                        raise_in(ruby, fiber, exception)?;
+                        self.recover(fiber);
+                        Ok(())
+                    }
                     _ => Ok(()),
+                }
+            }
+            Target::Recover(fiber) => {
+                let fiber = ruby.get_inner(fiber);
+                if !fiber.is_alive() || self.core.parked(owner_of(fiber)).is_some() {
+                    return Ok(());
+                }
+                match fiber.transfer::<_, Value>((ruby.qnil(),)) {
+                    // It is busy resuming a fiber of its own: that one
+                    // switches back to it.
+                    Err(e) if is_fiber_error(ruby, &e) => Ok(()),
+                    Err(e) => Err(e),
+                    Ok(_) => {
+                        self.recover(fiber);
+                        Ok(())
+                    }
                 }
             }
             Target::Nothing => Ok(()),
@@ -215,6 +245,32 @@ impl Driver<Callback> for RubyDriver<'_> {
     fn after_block(&mut self) -> Result<(), Error> {
         nogvl::check_interrupts(self.ruby)
     }
+}
+
+impl RubyDriver<'_> {
+    /// Control came back from `fiber`: it waits again, or ended, or it
+    /// switched to another fiber by hand, which then waited or ended (so
+    /// control came here, not to `fiber`). In that last case `fiber` would
+    /// be left suspended for good: it is switched back to on the next tick.
+    fn recover(&self, fiber: Fiber) {
+        if self.core.parked(owner_of(fiber)).is_none() && fiber.is_alive() {
+            self.core.next_tick(Callback {
+                target: Target::Recover(fiber.into()),
+                keep: None,
+            });
+        }
+    }
+}
+
+/// A fiber's identity as a waiter: its address.
+pub fn owner_of(fiber: Fiber) -> u64 {
+    fiber.as_raw()
+}
+
+fn is_fiber_error(ruby: &Ruby, error: &Error) -> bool {
+    ruby.class_object()
+        .const_get::<_, magnus::RClass>("FiberError")
+        .is_ok_and(|class| error.is_kind_of(class))
 }
 
 /// Switches to a parked fiber with `value`; returns when control comes back.

@@ -1,7 +1,7 @@
 //! `Evix::Loop`: the Rust loop core as a Ruby object.
 
 use super::args;
-use super::callback::{required_block, Callback, RubyDriver, Switch};
+use super::callback::{owner_of, required_block, Callback, RubyDriver, Switch};
 use super::errors;
 use super::nogvl;
 use super::timer::RbTimer;
@@ -113,11 +113,6 @@ fn pending_error(ruby: &Ruby, end: Callback) -> Error {
         )
 }
 
-/// A fiber's identity as a waiter: its address.
-fn owner_of(fiber: Fiber) -> u64 {
-    fiber.as_raw()
-}
-
 /// A wait's key as the Integer token Ruby code holds.
 fn token(key: Key) -> u64 {
     (u64::from(key.generation) << 32) | u64::from(key.index)
@@ -159,9 +154,10 @@ impl RbLoop {
         Ok(())
     }
 
-    fn driver<'a>(&self, ruby: &'a Ruby) -> RubyDriver<'a> {
+    fn driver<'a>(&'a self, ruby: &'a Ruby) -> RubyDriver<'a> {
         RubyDriver {
             ruby,
+            core: &self.core,
             fork_generation: self.fork_generation,
         }
     }
