@@ -406,21 +406,24 @@ impl<C: Clone> Loop<C> {
     /// Forgets `fd` and removes its watchers before its owner closes it;
     /// the fibers waiting on it are resumed with [`Fire::Closed`].
     pub fn release_fd(&self, fd: RawFd) {
-        self.release_fd_if(fd, None);
+        let mut poller = self.poller.borrow_mut();
+        if let Some(backend) = poller.backend.as_mut() {
+            let mut state = self.state.borrow_mut();
+            let removed = state.registry.release(backend, fd);
+            state.close_waits(removed);
+        }
     }
 
-    /// `release_fd`, if `fd`'s registration is still of `generation`.
-    fn release_fd_if(&self, fd: RawFd, generation: Option<u32>) {
+    /// The file `fd` was registered for under `generation` was closed
+    /// (reported by another thread, or by `IO#close` of any IO object): see
+    /// `Registry::release_generation`.
+    fn release_closed(&self, fd: RawFd, generation: u32) {
         let mut poller = self.poller.borrow_mut();
         let Some(backend) = poller.backend.as_mut() else {
             return;
         };
         let mut state = self.state.borrow_mut();
-        let current = state.registry.generation(fd);
-        if current.is_none() || (generation.is_some() && generation != current) {
-            return;
-        }
-        let removed = state.registry.release(backend, fd);
+        let removed = state.registry.release_generation(backend, fd, generation);
         state.close_waits(removed);
     }
 
@@ -572,7 +575,7 @@ impl<C: Clone> Loop<C> {
     /// the waiters whose fd was released or closed.
     fn run_immediates<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
         for (fd, generation) in self.shared.take_releases() {
-            self.release_fd_if(fd, Some(generation));
+            self.release_closed(fd, generation);
         }
         let closed = self.state.borrow().closed.len();
         for _ in 0..closed {

@@ -21,6 +21,8 @@ use std::os::unix::io::RawFd;
 #[derive(Debug)]
 struct Watcher<C> {
     fd: RawFd,
+    /// The fd's registration generation when the watcher was added.
+    generation: u32,
     interest: Interest,
     oneshot: bool,
     referenced: bool,
@@ -148,20 +150,32 @@ impl<C: Clone> Registry<C> {
             Some(entry) => {
                 // Another owner while watchers wait: the same open file under a
                 // second IO object, or a new file under a number whose old file
-                // was closed behind the loop's back. The kernel tells them apart.
+                // was closed behind the loop's back. epoll tells them apart
+                // (ENOENT); poll cannot, so the registration moves to a new
+                // generation: a close of the old file, reported later by its
+                // generation (`release_generation`), ends only the waits made
+                // before.
                 let wanted = entry.kernel | interest;
+                let old = entry.generation;
+                entry.generation = generation;
                 if let Err(e) = backend.reregister(fd, entry.token(fd), wanted) {
+                    self.entry_mut(fd).generation = old;
                     let e = self.gone(backend, fd, e);
                     if e.raw_os_error() != Some(libc::ENOENT) {
                         return Err(e);
                     }
                     return self.add(backend, fd, interest, oneshot, callback, pin);
                 }
-                self.entry_mut(fd).kernel = wanted;
+                self.next_generation = generation.wrapping_add(1);
+                let entry = self.entry_mut(fd);
+                entry.kernel = wanted;
+                entry.pin = pin;
             }
         }
+        let generation = self.entry_mut(fd).generation;
         let key = self.watchers.insert(Watcher {
             fd,
+            generation,
             interest,
             oneshot,
             referenced: true,
@@ -233,6 +247,38 @@ impl<C: Clone> Registry<C> {
         removed
     }
 
+    /// The file registered for `fd` under `generation` was closed: if that
+    /// is the current registration, as `release`; if the fd has moved on to
+    /// a newer owner since, only the watchers added before that.
+    pub fn release_generation(
+        &mut self,
+        backend: &mut Backend,
+        fd: RawFd,
+        generation: u32,
+    ) -> Vec<C> {
+        let Some(Some(entry)) = usize::try_from(fd).ok().and_then(|i| self.fds.get_mut(i)) else {
+            return Vec::new();
+        };
+        if entry.generation == generation {
+            return self.release(backend, fd);
+        }
+        let current = entry.generation;
+        let older: Vec<Key> = entry
+            .watchers
+            .iter()
+            .copied()
+            .filter(|&key| {
+                self.watchers
+                    .get(key)
+                    .is_some_and(|w| w.generation != current)
+            })
+            .collect();
+        older
+            .into_iter()
+            .filter_map(|key| self.remove(key))
+            .collect()
+    }
+
     pub fn is_active(&self, key: Key) -> bool {
         self.watchers.get(key).is_some()
     }
@@ -290,6 +336,10 @@ impl<C: Clone> Registry<C> {
                     continue;
                 }
             };
+            if event.closed {
+                drop(self.gone(backend, fd, io::Error::from_raw_os_error(libc::EBADF)));
+                continue;
+            }
             let mut wanted = Interest::NONE;
             for &key in &entry.watchers {
                 let watcher = self

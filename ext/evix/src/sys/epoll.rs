@@ -90,6 +90,7 @@ impl Epoll {
                 token: raw.u64,
                 ready,
                 failed: bits & (libc::EPOLLERR | libc::EPOLLHUP) != 0,
+                closed: false,
             });
         }
         if n == capacity && capacity < 65536 {

@@ -123,6 +123,7 @@ impl Kqueue {
                 token: raw.udata as u64,
                 ready,
                 failed: raw.flags & libc::EV_ERROR != 0,
+                closed: raw.flags & libc::EV_ERROR != 0 && raw.data == libc::EBADF as _,
             });
         }
         Ok(())

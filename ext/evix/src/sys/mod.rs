@@ -110,6 +110,8 @@ pub struct Event {
     pub ready: Interest,
     /// ERR or HUP: every interest registered for the fd is woken.
     pub failed: bool,
+    /// The fd is not open any more (poll's POLLNVAL): its waits end closed.
+    pub closed: bool,
 }
 
 /// Token reserved for the loop's own waker.

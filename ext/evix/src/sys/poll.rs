@@ -101,6 +101,7 @@ impl Poll {
                 token,
                 ready,
                 failed: bits & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0,
+                closed: bits & libc::POLLNVAL != 0,
             });
         }
         Ok(())
