@@ -264,6 +264,12 @@ impl RbLoop {
         Ok(&self.core)
     }
 
+    /// Whether `rb_self` is a loop created before a fork, in the child: its
+    /// scheduler's hooks then block the thread instead (see scheduler.rs).
+    pub(super) fn inherited(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
+        Ok(Self::this(ruby, &rb_self)?.fork_generation != fork::generation())
+    }
+
     fn not_forked(&self, ruby: &Ruby) -> Result<(), Error> {
         if self.fork_generation != fork::generation() {
             return Err(errors::evix(

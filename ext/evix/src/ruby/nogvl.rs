@@ -269,3 +269,24 @@ fn buffer_memory(_ruby: &Ruby, buffer: Value, write: bool) -> Result<(*mut u8, u
     })?;
     Ok((base.cast::<u8>(), size as usize))
 }
+
+/// Sleeps the thread like `Kernel#sleep` does without a scheduler (the GVL
+/// released, interruptible): `duration`, or until interrupted.
+pub fn sleep_thread(_ruby: &Ruby, duration: Option<std::time::Duration>) -> Result<(), Error> {
+    magnus::rb_sys::protect(|| {
+        // SAFETY: `_ruby` shows this is a Ruby thread holding the GVL; both
+        // functions release it while they sleep and raise (caught by
+        // `protect`) for an interrupt.
+        unsafe {
+            match duration {
+                Some(d) => rb_sys::rb_thread_wait_for(rb_sys::timeval {
+                    tv_sec: d.as_secs() as _,
+                    tv_usec: d.subsec_micros() as _,
+                }),
+                None => rb_sys::rb_thread_sleep_forever(),
+            }
+        }
+        rb_sys::Qnil as rb_sys::VALUE
+    })
+    .map(drop)
+}

@@ -26,6 +26,7 @@ use magnus::{
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 static LOOP: LazyId = LazyId::new("@loop");
 static BLOCKED: LazyId = LazyId::new("@blocked");
@@ -52,6 +53,10 @@ const WRITABLE: i64 = 4;
 /// fiber for `duration` seconds (without one, until `unblock`); nil.
 fn kernel_sleep(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<(), Error> {
     args::arity(ruby, args, 0, 1)?;
+    if inherited(ruby, rb_self)? {
+        let duration = args::optional_seconds(ruby, args::optional(args, 0), "duration")?;
+        return nogvl::sleep_thread(ruby, duration);
+    }
     suspend_blocked(ruby, rb_self, args).map(drop)
 }
 
@@ -60,7 +65,61 @@ fn kernel_sleep(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<(), Err
 /// `unblock`; false if `timeout` seconds passed first.
 fn block(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<bool, Error> {
     args::arity(ruby, args, 1, 2)?;
+    if inherited(ruby, rb_self)? {
+        // In a forked child only this thread can unblock: a short sleep,
+        // after which Ruby checks its Mutex, Queue... again.
+        let timeout = args::optional_seconds(ruby, args::optional(args, 1), "timeout")?;
+        let nap = timeout.map_or(CHILD_SLICE, |t| t.min(CHILD_SLICE));
+        nogvl::sleep_thread(ruby, Some(nap))?;
+        return Ok(timeout.is_none_or(|t| t > nap));
+    }
     suspend_blocked(ruby, rb_self, &args[1..]).map(Value::to_bool)
+}
+
+/// How long a forked child's hooks block at a time before they look at
+/// interrupts (and, in `block`, at the blocker) again.
+const CHILD_SLICE: Duration = Duration::from_millis(20);
+
+/// Whether the scheduler's loop belongs to the parent of this process: a
+/// child forked inside Evix.run keeps the scheduler (Ruby has no hook to
+/// unset it) but must not touch its loop, so the hooks block the thread, as
+/// Ruby does without a scheduler.
+fn inherited(ruby: &Ruby, rb_self: RObject) -> Result<bool, Error> {
+    RbLoop::inherited(ruby, rb_self.ivar_get(*LOOP)?)
+}
+
+/// `wait_for` in a forked child: polls the fd, blocking the thread.
+fn wait_in_child(
+    ruby: &Ruby,
+    io: Value,
+    interest: i64,
+    timeout: Value,
+) -> Result<Result<Option<Value>, i64>, Error> {
+    let file = RFile::from_value(io)
+        .ok_or_else(|| errors::type_error(ruby, format!("not an IO: {}", errors::describe(io))))?;
+    let fd = nogvl::io_descriptor(ruby, file).map_err(|_| closed_meanwhile(ruby))?;
+    let deadline = args::optional_seconds(ruby, Some(timeout), "timeout")?
+        .map(|t| std::time::Instant::now() + t);
+    let write = interest & args::WRITE != 0;
+    loop {
+        let slice = deadline.map_or(CHILD_SLICE, |d| {
+            d.saturating_duration_since(std::time::Instant::now())
+                .min(CHILD_SLICE)
+        });
+        let ms = slice.as_millis() as libc::c_int;
+        match nogvl::without_gvl(&mut || stream::wait_one(fd, write, ms), &|| {}) {
+            nogvl::Blocked::Done(Ok(true)) => return Ok(Ok(Some(interest.into_value_with(ruby)))),
+            nogvl::Blocked::Done(Err(e)) => {
+                return Ok(Err(i64::from(e.raw_os_error().unwrap_or(libc::EIO))))
+            }
+            nogvl::Blocked::Panicked => return Err(errors::evix(ruby, "poll panicked")),
+            nogvl::Blocked::Done(Ok(false)) | nogvl::Blocked::Interrupted => {}
+        }
+        nogvl::check_interrupts(ruby)?;
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Ok(Ok(None));
+        }
+    }
 }
 
 /// Suspends the calling fiber on the scheduler's loop for the optional
@@ -269,6 +328,9 @@ fn wait_for(
     timeout: Value,
 ) -> Result<Result<Option<Value>, i64>, Error> {
     let evloop: Value = rb_self.ivar_get(*LOOP)?;
+    if RbLoop::inherited(ruby, evloop)? {
+        return wait_in_child(ruby, io, interest, timeout);
+    }
     let refused = std::cell::Cell::new(None);
     let args = [io, interest.into_value_with(ruby), timeout];
     let waited = RbLoop::wait_io_with(ruby, evloop, &args, |e, fd| {
