@@ -5,7 +5,7 @@ module Evix
     # The Fiber::Scheduler hooks that move bytes through an IO::Buffer and
     # are written in Ruby, and the Ruby halves of the C hooks #io_read and
     # #io_write (ext/evix/src/ruby/scheduler.rs), which move a socket's bytes
-    # themselves and leave every other IO to #read_by_ruby/#write_by_ruby.
+    # themselves and leave every other IO to #io_read_other/#io_write_other.
     # Each does its system call so that Ruby does not route it back into the
     # scheduler (inside a blocking fiber where that is needed).
     module BufferHooks
@@ -40,7 +40,7 @@ module Evix
           total = 0
           while (total.zero? || total < length) && offset < buffer.size
             data = buffer.get_string(offset)
-            written = @loop.offload { io.pwrite(data, from) }
+            written = loop.offload { io.pwrite(data, from) }
             offset += written
             from += written
             total += written
@@ -62,19 +62,13 @@ module Evix
       EAGAIN = Errno::EAGAIN::Errno
       private_constant :DIRECT_NONBLOCK, :SCRATCH_LIMIT, :EAGAIN
 
-      private
-
-      def setup_buffer_hooks
-        @drained = [] # by fd number: the last read from that socket was short
-        @scratch = ::String.new(capacity: 16 * 1024, encoding: Encoding::BINARY)
-      end
-
+      # The Ruby half of #io_read (called by the native hook, not by Ruby):
       # io_read on an IO other than a socket (a pipe, a terminal, a file), or
       # on one whose bytes Ruby's own buffer holds: reads at least +length+
       # bytes (0: whatever is available) into +buffer+ at +offset+, waiting
       # until there are some; for IO#read_nonblock -EAGAIN instead of a wait.
       # @return [Integer] bytes read, or -errno
-      def read_by_ruby(io, buffer, length, offset = 0)
+      def io_read_other(io, buffer, length, offset = 0)
         total = 0
         while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
           chunk = read_nonblock(io, [buffer.size - offset, SCRATCH_LIMIT].min)
@@ -97,11 +91,12 @@ module Evix
         -e.errno
       end
 
+      # The Ruby half of #io_write (called by the native hook):
       # io_write on an IO other than a socket, or on one with bytes in Ruby's
       # write buffer: writes at least +length+ bytes (0: what the kernel takes
       # at once) from +buffer+ at +offset+.
       # @return [Integer] bytes written, or -errno
-      def write_by_ruby(io, buffer, length, offset = 0)
+      def io_write_other(io, buffer, length, offset = 0)
         total = 0
         while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
           data = buffer.get_string(offset)
@@ -119,6 +114,12 @@ module Evix
         total
       rescue SystemCallError => e
         -e.errno
+      end
+
+      private
+
+      def setup_buffer_hooks
+        @scratch = ::String.new(capacity: 16 * 1024, encoding: Encoding::BINARY)
       end
 
       # Whether this io_read came from IO#read_nonblock, which must not wait:

@@ -14,9 +14,6 @@ module Evix
   class Scheduler
     include BufferHooks
 
-    # @return [Evix::Loop] the loop the scheduler runs on
-    attr_reader :loop
-
     # @return [Evix::Nursery] the scheduled fibers' tasks
     attr_reader :nursery
 
@@ -26,11 +23,9 @@ module Evix
     # @param cancel_timeout [Numeric] seconds cancelled fibers get to run
     #   their ensure blocks (see Evix::Nursery)
     def initialize(loop = nil, cancel_timeout: 5)
-      @loop = loop || Loop.new.tap { |own| own.send(:disown) }
       @owns_loop = loop.nil?
-      @nursery = Nursery.new(@loop, cancel_timeout: cancel_timeout)
-      # Fiber => the token of its wait in #block or #kernel_sleep.
-      @blocked = {}.compare_by_identity
+      attach(loop || Loop.new.tap { |own| own.send(:disown) })
+      @nursery = Nursery.new(self.loop, cancel_timeout: cancel_timeout)
       @pid = Process.pid
       setup_buffer_hooks
     end
@@ -77,7 +72,7 @@ module Evix
       # A child forked inside Evix.run inherits this scheduler: its fibers
       # and loop belong to the parent, so the child leaves them alone.
       return if inherited? || @closed
-      if Task.current&.loop.equal?(@loop)
+      if Task.current&.loop.equal?(loop)
         raise Error, "cannot close an Evix::Scheduler (or unset it) from one of its own fibers"
       end
 
@@ -87,7 +82,7 @@ module Evix
         run
         @nursery.raise_failure
       ensure
-        @loop.close if @owns_loop && !@loop.closed?
+        loop.close if @owns_loop && !loop.closed?
         Fiber.set_scheduler(nil) if Fiber.scheduler.equal?(self)
       end
       nil
@@ -103,7 +98,7 @@ module Evix
     # @api private
     # @return [nil]
     def release(io)
-      @loop.release_io(io)
+      loop.release_io(io)
       nil
     rescue Error # closed, or inherited across fork: nothing registered here
       nil
@@ -114,13 +109,14 @@ module Evix
     # #io_read(io, buffer, length, offset = 0) and
     # #io_write(io, buffer, length, offset = 0) are C methods, in
     # ext/evix/src/ruby/scheduler.rs: a hook written in Ruby would leave a VM
-    # re-entry on the machine stack of every fiber parked in it. #block and
-    # #kernel_sleep note their wait's token in @blocked, for #unblock.
+    # re-entry on the machine stack of every fiber parked in it. So are
+    # #loop (the Evix::Loop the scheduler runs on) and the waiting state
+    # #unblock uses, kept in the native object.
 
     # Fiber::Scheduler hook; may be called from any thread.
     # @return [nil]
     def unblock(_blocker, fiber)
-      @loop.post { wake(fiber, true) }
+      loop.post { wake(fiber, true) }
       nil
     rescue ClosedError
       nil
@@ -129,21 +125,21 @@ module Evix
     # Fiber::Scheduler hook (Process.wait and friends), on the offload pool.
     # @return [Process::Status]
     def process_wait(pid, flags)
-      @loop.offload { Process::Status.wait(pid, flags) }
+      loop.offload { Process::Status.wait(pid, flags) }
     end
 
     # Fiber::Scheduler hook (name resolution), on the offload pool.
     # @return [Array<String>] addresses
     def address_resolve(hostname)
       host = hostname.delete_prefix("[").delete_suffix("]").sub(/%.*\z/, "")
-      @loop.offload { Addrinfo.getaddrinfo(host, nil, nil, :STREAM).map(&:ip_address).uniq }
+      loop.offload { Addrinfo.getaddrinfo(host, nil, nil, :STREAM).map(&:ip_address).uniq }
     end
 
     # Fiber::Scheduler hook (Timeout.timeout): raises +exception+ in the fiber
     # if the block is still running after +duration+.
     def timeout_after(duration, exception = Timeout::Error, *arguments)
       fiber = Fiber.current
-      timer = @loop.add_timer(duration) { fiber.raise(exception, *arguments) if fiber.alive? }
+      timer = loop.add_timer(duration) { fiber.raise(exception, *arguments) if fiber.alive? }
       yield duration
     ensure
       timer&.cancel
@@ -153,14 +149,14 @@ module Evix
       # Fiber::Scheduler hook (IO.select, Ruby >= 3.3), on the offload pool.
       # @return [Array, nil] like IO.select
       def io_select(readables, writables, exceptables, timeout)
-        @loop.offload { ::IO.select(readables, writables, exceptables, timeout) }
+        loop.offload { ::IO.select(readables, writables, exceptables, timeout) }
       end
     end
 
     if RUBY_VERSION >= "3.4"
       # Fiber::Scheduler hook (Ruby >= 3.4): blocking C work on the offload pool.
       def blocking_operation_wait(work)
-        @loop.offload { work.call }
+        loop.offload { work.call }
       end
     end
 
@@ -168,16 +164,9 @@ module Evix
       # Fiber::Scheduler hook (Ruby >= 3.5): raises +exception+ in +fiber+.
       # @return [nil]
       def fiber_interrupt(fiber, exception)
-        @loop.post { @loop.interrupt(fiber, exception) if fiber.alive? }
+        loop.post { loop.interrupt(fiber, exception) if fiber.alive? }
         nil
       end
-    end
-
-    private
-
-    def wake(fiber, value)
-      token = @blocked[fiber]
-      @loop.resume(token, value) if token
     end
   end
 end

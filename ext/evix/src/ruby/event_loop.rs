@@ -467,10 +467,25 @@ impl RbLoop {
     /// From the fiber running the loop the waiter runs now; from another
     /// fiber it runs on the next tick.
     fn resume(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<bool, Error> {
-        let core = rb_self.usable(ruby)?;
         args::arity(ruby, args, 1, 2)?;
         let token = u64::try_convert(args[0])?;
         let value = args::optional(args, 1).unwrap_or_else(|| ruby.qnil().as_value());
+        rb_self.resume_token(ruby, token, value)
+    }
+
+    /// `resume` for the scheduler's `unblock`.
+    pub(super) fn resume_with(
+        ruby: &Ruby,
+        rb_self: Value,
+        token: u64,
+        value: Value,
+    ) -> Result<bool, Error> {
+        Self::this(ruby, &rb_self)?.resume_token(ruby, token, value)
+    }
+
+    fn resume_token(&self, ruby: &Ruby, token: u64, value: Value) -> Result<bool, Error> {
+        let rb_self = self;
+        let core = rb_self.usable(ruby)?;
         match errors::guard(ruby, || Ok(core.unpark(key_of(token))))? {
             Some(resume) => {
                 rb_self.deliver(ruby, core, resume.with_value(value))?;

@@ -9,33 +9,109 @@
 //! `io_read`/`io_write` move a socket's bytes straight between the kernel
 //! and the `IO::Buffer` Ruby hands in (no String, no copy, no
 //! `read_nonblock` call); anything else (a pipe, a file, bytes in Ruby's own
-//! IO buffers) goes to the Ruby methods `read_by_ruby`/`write_by_ruby`.
+//! IO buffers) goes to the Ruby methods `io_read_other`/`io_write_other`.
 
 use super::{
-    args, errors,
+    args,
+    callback::owner_of,
+    errors,
     event_loop::RbLoop,
     nogvl::{self, Direct},
 };
 use crate::sys::stream;
 use magnus::{
+    gc::Marker,
     method,
     prelude::*,
     value::{LazyId, Opaque},
-    Error, Integer, IntoValue, RArray, RClass, RFile, RHash, RModule, RObject, Ruby, Value,
+    DataTypeFunctions, Error, Fiber, Integer, IntoValue, RClass, RFile, RModule, Ruby, TypedData,
+    Value,
 };
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-static LOOP: LazyId = LazyId::new("@loop");
-static BLOCKED: LazyId = LazyId::new("@blocked");
-static DRAINED: LazyId = LazyId::new("@drained");
-static READ_BY_RUBY: LazyId = LazyId::new("read_by_ruby");
-static WRITE_BY_RUBY: LazyId = LazyId::new("write_by_ruby");
+static READ_BY_RUBY: LazyId = LazyId::new("io_read_other");
+static WRITE_BY_RUBY: LazyId = LazyId::new("io_write_other");
 static TIMEOUT: LazyId = LazyId::new("timeout");
 static STAT: LazyId = LazyId::new("stat");
 static IS_FILE: LazyId = LazyId::new("file?");
+
+/// The scheduler's waiting state, marked by the GC with the object: its
+/// loop, the fibers waiting in `block`/`kernel_sleep` (for `unblock`), and
+/// which sockets' last read was short. The rest of the class is Ruby
+/// (lib/evix/scheduler.rb), which reaches this only through methods.
+#[derive(TypedData, Default)]
+#[magnus(class = "Evix::Scheduler", free_immediately, size, mark)]
+pub struct RbScheduler {
+    evloop: Cell<Option<Opaque<Value>>>,
+    /// A fiber waiting in `block` or `kernel_sleep` (by address) => its
+    /// wait's token. The loop marks the fiber while it is parked.
+    blocked: RefCell<HashMap<u64, u64>>,
+    /// By fd number: the last read from that socket was short, so the next
+    /// one waits first.
+    drained: RefCell<Vec<bool>>,
+}
+
+impl DataTypeFunctions for RbScheduler {
+    fn mark(&self, marker: &Marker) {
+        if let Some(evloop) = self.evloop.get() {
+            marker.mark(evloop);
+        }
+    }
+}
+
+impl RbScheduler {
+    /// `self`, as the hooks take it: a plain Value (see `RbLoop::this`).
+    fn this<'a>(ruby: &Ruby, rb_self: &'a Value) -> Result<&'a Self, Error> {
+        nogvl::typed_ref(ruby, rb_self).ok_or_else(|| {
+            errors::type_error(ruby, format!("not an Evix::Scheduler: {}", rb_self.class()))
+        })
+    }
+
+    fn evloop(&self, ruby: &Ruby) -> Result<Value, Error> {
+        self.evloop
+            .get()
+            .map(|evloop| ruby.get_inner(evloop))
+            .ok_or_else(|| errors::evix(ruby, "Evix::Scheduler was not initialized"))
+    }
+
+    /// `attach(loop)`, private, from `initialize`: the loop it runs on, once.
+    fn attach(ruby: &Ruby, rb_self: &Self, evloop: Value) -> Result<(), Error> {
+        if nogvl::typed_ref::<RbLoop>(ruby, &evloop).is_none() {
+            return Err(errors::type_error(
+                ruby,
+                format!(
+                    "loop must be an Evix::Loop (got {})",
+                    errors::describe(evloop)
+                ),
+            ));
+        }
+        if rb_self.evloop.get().is_some() {
+            return Err(errors::evix(ruby, "Evix::Scheduler is initialized already"));
+        }
+        rb_self.evloop.set(Some(evloop.into()));
+        Ok(())
+    }
+
+    /// `loop`: the Evix::Loop the scheduler runs on.
+    fn loop_reader(ruby: &Ruby, rb_self: &Self) -> Result<Value, Error> {
+        rb_self.evloop(ruby)
+    }
+
+    /// `wake(fiber, value)`, private, on the loop's thread (`unblock` posts
+    /// it): ends `fiber`'s wait in `block`/`kernel_sleep` with `value`.
+    fn wake(ruby: &Ruby, rb_self: &Self, fiber: Fiber, value: Value) -> Result<bool, Error> {
+        let token = rb_self.blocked.borrow().get(&owner_of(fiber)).copied();
+        match token {
+            Some(token) => RbLoop::resume_with(ruby, rb_self.evloop(ruby)?, token, value),
+            None => Ok(false),
+        }
+    }
+}
 
 /// `::BasicSocket`, looked up once by `init` (which requires "socket").
 static BASIC_SOCKET: OnceLock<Opaque<RClass>> = OnceLock::new();
@@ -51,7 +127,7 @@ const WRITABLE: i64 = 4;
 
 /// `Fiber::Scheduler#kernel_sleep(duration = nil)`: suspends the calling
 /// fiber for `duration` seconds (without one, until `unblock`); nil.
-fn kernel_sleep(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<(), Error> {
+fn kernel_sleep(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<(), Error> {
     args::arity(ruby, args, 0, 1)?;
     if inherited(ruby, rb_self)? {
         let duration = args::optional_seconds(ruby, args::optional(args, 0), "duration")?;
@@ -63,7 +139,7 @@ fn kernel_sleep(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<(), Err
 /// `Fiber::Scheduler#block(blocker, timeout = nil)` (Mutex, Queue,
 /// ConditionVariable, Thread#join…): suspends the calling fiber until
 /// `unblock`; false if `timeout` seconds passed first.
-fn block(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<bool, Error> {
+fn block(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<bool, Error> {
     args::arity(ruby, args, 1, 2)?;
     if inherited(ruby, rb_self)? {
         // In a forked child only this thread can unblock: a short sleep,
@@ -84,8 +160,8 @@ const CHILD_SLICE: Duration = Duration::from_millis(20);
 /// child forked inside Evix.run keeps the scheduler (Ruby has no hook to
 /// unset it) but must not touch its loop, so the hooks block the thread, as
 /// Ruby does without a scheduler.
-fn inherited(ruby: &Ruby, rb_self: RObject) -> Result<bool, Error> {
-    RbLoop::inherited(ruby, rb_self.ivar_get(*LOOP)?)
+fn inherited(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
+    RbLoop::inherited(ruby, RbScheduler::this(ruby, &rb_self)?.evloop(ruby)?)
 }
 
 /// `wait_for` in a forked child: polls the fd, blocking the thread.
@@ -125,15 +201,17 @@ fn wait_in_child(
 /// Suspends the calling fiber on the scheduler's loop for the optional
 /// timeout in `timeout`, its wait's token noted in `@blocked` meanwhile so
 /// that `unblock` may end it. Returns what ended it (nil: the timeout).
-fn suspend_blocked(ruby: &Ruby, rb_self: RObject, timeout: &[Value]) -> Result<Value, Error> {
-    let evloop: Value = rb_self.ivar_get(*LOOP)?;
-    let blocked: RHash = rb_self.ivar_get(*BLOCKED)?;
-    let fiber = ruby.fiber_current();
+fn suspend_blocked(ruby: &Ruby, rb_self: Value, timeout: &[Value]) -> Result<Value, Error> {
+    let this = RbScheduler::this(ruby, &rb_self)?;
+    let owner = owner_of(ruby.fiber_current());
     let timeout = timeout.first().copied().filter(|t| !t.is_nil());
-    let resumed = RbLoop::suspend_with(ruby, evloop, timeout, |token| blocked.aset(fiber, token));
+    let resumed = RbLoop::suspend_with(ruby, this.evloop(ruby)?, timeout, |token| {
+        this.blocked.borrow_mut().insert(owner, token);
+        Ok(())
+    });
     // Whatever ended the wait (the timer, unblock, an exception raised into
     // the fiber), the fiber no longer waits.
-    blocked.delete::<_, Value>(fiber)?;
+    this.blocked.borrow_mut().remove(&owner);
     resumed
 }
 
@@ -142,7 +220,7 @@ fn suspend_blocked(ruby: &Ruby, rb_self: RObject, timeout: &[Value]) -> Result<V
 /// A regular file (which epoll cannot watch, also behind a plain IO such as
 /// a redirected `$stderr`) is ready at once, as Ruby reports it without a
 /// scheduler.
-fn io_wait(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error> {
+fn io_wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     args::arity(ruby, args, 2, 3)?;
     let io = args[0];
     let events: i64 = Integer::try_convert(args[1])?.to_i64()?;
@@ -194,7 +272,7 @@ fn io_wait(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error
 /// from a socket the next call waits before it reads (the read would most
 /// likely fail with EAGAIN; the registration is level-triggered, so data
 /// already there ends the wait at once).
-fn io_read(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error> {
+fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     args::arity(ruby, args, 3, 4)?;
     let (io, buffer) = (args[0], args[1]);
     let Some((file, length, mut offset)) = socket_call(ruby, args) else {
@@ -205,8 +283,13 @@ fn io_read(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error
         Direct::Closed => return Err(closed_stream(ruby)),
         Direct::Ruby => return rb_self.funcall(*READ_BY_RUBY, args),
     };
-    let drained: RArray = rb_self.ivar_get(*DRAINED)?;
-    let waited_first = drained.entry::<Value>(fd as isize)?.to_bool();
+    let this = RbScheduler::this(ruby, &rb_self)?;
+    let waited_first = this
+        .drained
+        .borrow()
+        .get(fd as usize)
+        .copied()
+        .unwrap_or(false);
     let mut wait = waited_first;
     let mut total = 0;
     loop {
@@ -248,7 +331,11 @@ fn io_read(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error
         }
     }
     if wait != waited_first {
-        drained.store(fd as isize, wait)?;
+        let mut drained = this.drained.borrow_mut();
+        if drained.len() <= fd as usize {
+            drained.resize(fd as usize + 1, false);
+        }
+        drained[fd as usize] = wait;
     }
     Ok(total.into_value_with(ruby))
 }
@@ -256,7 +343,7 @@ fn io_read(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error
 /// `Fiber::Scheduler#io_write(io, buffer, length, offset = 0)`: writes at
 /// least `length` bytes (0: what the kernel takes at once) from `buffer` at
 /// `offset`; the bytes written, or -errno.
-fn io_write(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error> {
+fn io_write(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     args::arity(ruby, args, 3, 4)?;
     let (io, buffer) = (args[0], args[1]);
     let Some((file, length, mut offset)) = socket_call(ruby, args) else {
@@ -299,7 +386,7 @@ fn io_write(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Erro
 
 /// `wait_for(io, interest, timeout = io.timeout)`, private, for the Ruby
 /// hooks: the ready Evix::READ/WRITE bits, nil on timeout.
-fn wait_for_method(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Value, Error> {
+fn wait_for_method(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     args::arity(ruby, args, 2, 3)?;
     let interest = Integer::try_convert(args[1])?.to_i64()?;
     let timeout = match args.get(2) {
@@ -322,12 +409,12 @@ fn wait_for_method(ruby: &Ruby, rb_self: RObject, args: &[Value]) -> Result<Valu
 /// during the wait (the loop ends the waits on an fd that is closed).
 fn wait_for(
     ruby: &Ruby,
-    rb_self: RObject,
+    rb_self: Value,
     io: Value,
     interest: i64,
     timeout: Value,
 ) -> Result<Result<Option<Value>, i64>, Error> {
-    let evloop: Value = rb_self.ivar_get(*LOOP)?;
+    let evloop = RbScheduler::this(ruby, &rb_self)?.evloop(ruby)?;
     if RbLoop::inherited(ruby, evloop)? {
         return wait_in_child(ruby, io, interest, timeout);
     }
@@ -417,6 +504,10 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     IO_TIMEOUT.store(has_timeout, Ordering::Relaxed);
 
     let class = evix.define_class("Scheduler", ruby.class_object())?;
+    class.define_alloc_func::<RbScheduler>();
+    class.define_private_method("attach", method!(RbScheduler::attach, 1))?;
+    class.define_method("loop", method!(RbScheduler::loop_reader, 0))?;
+    class.define_private_method("wake", method!(RbScheduler::wake, 2))?;
     class.define_method("kernel_sleep", method!(kernel_sleep, -1))?;
     class.define_method("block", method!(block, -1))?;
     class.define_method("io_wait", method!(io_wait, -1))?;
