@@ -394,7 +394,12 @@ impl<C: Clone> Loop<C> {
 
     /// The wait `owner` is parked in, if any.
     pub fn parked(&self, owner: u64) -> Option<Key> {
-        self.state.borrow().waiters.parked(owner)
+        self.state.borrow_mut().waiters.parked(owner)
+    }
+
+    /// Whether `owner` is parked (cheap for the one that parked last).
+    pub fn is_parked(&self, owner: u64) -> bool {
+        self.state.borrow_mut().waiters.is_parked(owner)
     }
 
     /// Keeps `end` for `owner`'s next `park`, which returns it instead of

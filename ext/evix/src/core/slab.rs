@@ -114,6 +114,20 @@ impl<T> Slab<T> {
         self.len
     }
 
+    /// Slots ever used: indexes below this may be occupied.
+    pub fn capacity(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// The key of slot `index` as it stands, occupied or not (a removal
+    /// with it is a no-op on an empty slot).
+    pub fn key_of_any(&self, index: u32) -> Key {
+        Key {
+            index,
+            generation: self.slots.get(index as usize).map_or(0, |s| s.generation),
+        }
+    }
+
     pub fn values(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().filter_map(|slot| slot.value.as_ref())
     }

@@ -45,7 +45,13 @@ type ByOwner<V> = HashMap<u64, V, BuildHasherDefault<OwnerHasher>>;
 #[derive(Debug)]
 pub struct Waiters<C> {
     slab: Slab<Waiter<C>>,
-    by_owner: ByOwner<Key>,
+    /// Owner => its wait, built only when asked for (`parked`: a
+    /// cancellation) and dropped at the next park: a wait costs no hash
+    /// update on the hot path, and a burst of cancellations one scan.
+    by_owner: Option<ByOwner<Key>>,
+    /// The owner that parked last: whether a fiber that just switched away
+    /// parked is answered without the index.
+    last: u64,
     /// Ends of a wait that came while the owner was not parked (a
     /// cancellation of a running task): delivered at its next park.
     pending: ByOwner<C>,
@@ -55,7 +61,8 @@ impl<C> Default for Waiters<C> {
     fn default() -> Self {
         Waiters {
             slab: Slab::default(),
-            by_owner: ByOwner::default(),
+            by_owner: None,
+            last: 0,
             pending: ByOwner::default(),
         }
     }
@@ -64,14 +71,14 @@ impl<C> Default for Waiters<C> {
 impl<C> Waiters<C> {
     /// Parks `owner`; its triggers are attached with [`Waiters::attach`].
     pub fn park(&mut self, owner: u64, resume: C) -> Key {
-        let key = self.slab.insert(Waiter {
+        self.by_owner = None;
+        self.last = owner;
+        self.slab.insert(Waiter {
             owner,
             resume,
             watcher: None,
             timer: None,
-        });
-        self.by_owner.insert(owner, key);
-        key
+        })
     }
 
     pub fn attach(&mut self, key: Key, watcher: Option<Key>, timer: Option<Key>) {
@@ -85,15 +92,29 @@ impl<C> Waiters<C> {
     /// cancels; `None` if it already ended.
     pub fn unpark(&mut self, key: Key) -> Option<Waiter<C>> {
         let waiter = self.slab.remove(key)?;
-        if self.by_owner.get(&waiter.owner) == Some(&key) {
-            self.by_owner.remove(&waiter.owner);
+        if let Some(index) = self.by_owner.as_mut() {
+            index.remove(&waiter.owner);
+        }
+        if self.last == waiter.owner {
+            self.last = 0;
         }
         Some(waiter)
     }
 
     /// The wait `owner` is parked in, if any.
-    pub fn parked(&self, owner: u64) -> Option<Key> {
-        self.by_owner.get(&owner).copied()
+    pub fn parked(&mut self, owner: u64) -> Option<Key> {
+        let slab = &self.slab;
+        let index = self.by_owner.get_or_insert_with(|| {
+            (0..slab.capacity())
+                .filter_map(|i| slab.occupant(i).map(|w| (w.owner, slab.key_of(i))))
+                .collect()
+        });
+        index.get(&owner).copied()
+    }
+
+    /// Whether `owner` is parked, cheaply when it is the one that parked last.
+    pub fn is_parked(&mut self, owner: u64) -> bool {
+        owner == self.last || self.parked(owner).is_some()
     }
 
     pub fn set_pending(&mut self, owner: u64, end: C) {
@@ -123,14 +144,15 @@ impl<C> Waiters<C> {
     /// watchers and timers.
     pub fn clear(&mut self) -> Vec<C> {
         let mut all = Vec::with_capacity(self.slab.len());
-        let keys: Vec<Key> = self.by_owner.values().copied().collect();
-        for key in keys {
-            if let Some(waiter) = self.unpark(key) {
+        for index in 0..self.slab.capacity() {
+            let key = self.slab.key_of_any(index);
+            if let Some(waiter) = self.slab.remove(key) {
                 all.push(waiter.resume);
             }
         }
         self.slab.clear();
-        self.by_owner.clear();
+        self.by_owner = None;
+        self.last = 0;
         self.pending.clear();
         all
     }

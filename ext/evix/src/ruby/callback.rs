@@ -179,7 +179,7 @@ impl RubyDriver<'_> {
             }
             Target::Recover(fiber) => {
                 let fiber = ruby.get_inner(fiber);
-                if !fiber.is_alive() || self.core.parked(owner_of(fiber)).is_some() {
+                if !fiber.is_alive() || self.core.is_parked(owner_of(fiber)) {
                     return Ok(());
                 }
                 match fiber.transfer::<_, Value>((ruby.qnil(),)) {
@@ -253,7 +253,7 @@ impl RubyDriver<'_> {
     /// control came here, not to `fiber`). In that last case `fiber` would
     /// be left suspended for good: it is switched back to on the next tick.
     fn recover(&self, fiber: Fiber) {
-        if self.core.parked(owner_of(fiber)).is_none() && fiber.is_alive() {
+        if !self.core.is_parked(owner_of(fiber)) && fiber.is_alive() {
             self.core.next_tick(Callback {
                 target: Target::Recover(fiber.into()),
                 keep: None,

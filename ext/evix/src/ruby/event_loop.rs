@@ -63,8 +63,9 @@ pub struct RbLoop {
     /// rather than to `home`, so `Fiber.schedule` returns as soon as the new
     /// fiber waits, without a turn of the loop.
     starter: Cell<Option<(Opaque<Fiber>, Opaque<Fiber>)>>,
-    /// Descriptors the loop owns besides its backend (the signal pipe's read
-    /// end): `add_io`, `wait_io` and `release_io` refuse them.
+    /// Descriptors the loop owns besides its backend: its waker's, and the
+    /// signal pipe's read end. `add_io`, `wait_io` and `release_io` refuse them.
+    waker_fd: RawFd,
     reserved: Cell<RawFd>,
 }
 
@@ -132,6 +133,7 @@ impl RbLoop {
             scan_args::get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &[*BACKEND])?;
         let kind = backend_kind(ruby, kw.optional.0)?;
         let core = Loop::new(kind).map_err(|e| errors::os(ruby, e, "Evix::Loop.new"))?;
+        let waker_fd = core.shared().wake.fd().unwrap_or(-1);
         Ok(RbLoop {
             core,
             owner: Cell::new(current_thread()),
@@ -139,13 +141,13 @@ impl RbLoop {
             home: Cell::new(None),
             starter: Cell::new(None),
             reserved: Cell::new(-1),
+            waker_fd,
         })
     }
 
     /// Refuses the loop's own descriptors (its waker, the signal pipe).
     fn check_not_reserved(&self, ruby: &Ruby, fd: RawFd) -> Result<(), Error> {
-        let waker = self.core.shared().wake.fd();
-        if Some(fd) == waker || fd == self.reserved.get() {
+        if fd == self.waker_fd || fd == self.reserved.get() {
             return Err(errors::argument(
                 ruby,
                 format!("fd {fd} belongs to the loop itself (its waker or signal pipe)"),

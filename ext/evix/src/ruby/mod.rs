@@ -11,7 +11,7 @@ mod timer;
 mod watcher;
 
 use crate::sys::BackendKind;
-use magnus::{function, prelude::*, Error, RArray, Ruby};
+use magnus::{function, prelude::*, Error, RArray, Ruby, TypedData};
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
     let evix = ruby.define_module("Evix")?;
@@ -25,6 +25,15 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     watcher::init(ruby, evix)?;
     scheduler::init(ruby, evix)?;
     stream::init(ruby, evix)?;
+    // magnus's TypedData derive looks each class up lazily, in a OnceLock
+    // whose initialiser calls Object.const_get and so may give up the GVL:
+    // two threads wrapping their first object at once deadlock (one holds
+    // the OnceLock and waits for the GVL, the other the reverse). Resolve
+    // them now, while one thread runs.
+    event_loop::RbLoop::class(ruby);
+    timer::RbTimer::class(ruby);
+    watcher::RbWatcher::class(ruby);
+    scheduler::RbScheduler::class(ruby);
     Ok(())
 }
 

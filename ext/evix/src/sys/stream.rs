@@ -50,6 +50,23 @@ pub fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// Waits up to `ms` milliseconds for `fd` to be readable (`write`: writable)
+/// with `poll(2)`: whether it is (an error or hang-up counts). EINTR is a
+/// plain `false`.
+pub fn wait_one(fd: RawFd, write: bool, ms: libc::c_int) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: if write { libc::POLLOUT } else { libc::POLLIN },
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid pollfd for the whole call.
+    match syscall!(poll(&mut pfd, 1, ms)) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,22 +103,5 @@ mod tests {
         assert_eq!(err.raw_os_error(), Some(libc::ENOTSOCK));
         crate::sys::testing::close(r);
         crate::sys::testing::close(w);
-    }
-}
-
-/// Waits up to `ms` milliseconds for `fd` to be readable (`write`: writable)
-/// with `poll(2)`: whether it is (an error or hang-up counts). EINTR is a
-/// plain `false`.
-pub fn wait_one(fd: RawFd, write: bool, ms: libc::c_int) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: if write { libc::POLLOUT } else { libc::POLLIN },
-        revents: 0,
-    };
-    // SAFETY: `pfd` is one valid pollfd for the whole call.
-    match syscall!(poll(&mut pfd, 1, ms)) {
-        Ok(n) => Ok(n > 0),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
-        Err(e) => Err(e),
     }
 }
