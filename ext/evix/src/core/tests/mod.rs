@@ -526,3 +526,149 @@ fn a_watched_fd_closed_while_its_file_stays_open_elsewhere_does_not_spin() {
 }
 
 mod model;
+
+/// A callback that logs `what` and the kind of fire.
+fn fire_logger(log: &Log, what: &str) -> Cb {
+    let (log, what) = (log.clone(), what.to_string());
+    cb(move |_, fire| {
+        let kind = match fire {
+            Fire::Io(_) => "io",
+            Fire::Timer => "timer",
+            Fire::Closed => "closed",
+            Fire::Immediate => "immediate",
+            Fire::Deferred => "deferred",
+        };
+        log.borrow_mut().push(format!("{what} {kind}"));
+    })
+}
+
+fn pin(owner: u64, log: &Log) -> Option<Pin<Cb>> {
+    Some(Pin {
+        owner: (owner, 0),
+        keep: logger(log, "kept"),
+    })
+}
+
+fn parked(lp: &TestLoop, key: Key) -> bool {
+    lp.unpark(key).is_some()
+}
+
+#[test]
+fn a_wait_ends_once_by_whichever_trigger_comes_first() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let log: Log = Default::default();
+        let (r, w) = pipe();
+        let io = Some((r, Interest::READ, pin(1, &log)));
+        let Parked::Waiting(key) = lp
+            .park(
+                1,
+                fire_logger(&log, "a"),
+                io,
+                Some(Duration::from_millis(1)),
+            )
+            .unwrap()
+        else {
+            panic!("nothing was pending")
+        };
+        write_byte(w);
+        std::thread::sleep(Duration::from_millis(3));
+        once(&lp);
+        once(&lp);
+        // Readiness and the timer were both due: only the I/O ends the wait.
+        assert_eq!(*log.borrow(), ["a io"], "{kind:?}");
+        assert!(!parked(&lp, key), "{kind:?}");
+        assert_eq!(lp.stats().waiters, 0);
+        assert_eq!(lp.stats().timers, 0);
+        assert_eq!(lp.stats().watchers, 0);
+        close(r);
+        close(w);
+    });
+}
+
+#[test]
+fn unpark_cancels_the_triggers_and_hands_back_the_resume() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let log: Log = Default::default();
+        let (r, w) = pipe();
+        let io = Some((r, Interest::READ, None));
+        let Ok(Parked::Waiting(key)) = lp.park(7, fire_logger(&log, "b"), io, Some(Duration::ZERO))
+        else {
+            panic!("not parked")
+        };
+        assert_eq!(lp.parked(7), Some(key));
+        assert!(lp.unpark(key).is_some());
+        assert!(lp.unpark(key).is_none(), "a wait ends once");
+        assert_eq!(lp.parked(7), None);
+        write_byte(w);
+        once(&lp);
+        assert!(log.borrow().is_empty(), "{kind:?}: {:?}", log.borrow());
+        close(r);
+        close(w);
+    });
+}
+
+#[test]
+fn a_pending_end_is_delivered_at_the_next_park_instead_of_parking() {
+    let lp: TestLoop = Loop::new(BackendKind::available()[0]).unwrap();
+    let log: Log = Default::default();
+    lp.set_pending(3, logger(&log, "cancelled"));
+    assert!(matches!(
+        lp.park(3, logger(&log, "x"), None, None),
+        Ok(Parked::Pending(_))
+    ));
+    assert!(matches!(
+        lp.park(3, logger(&log, "x"), None, None),
+        Ok(Parked::Waiting(_))
+    ));
+    assert_eq!(lp.stats().waiters, 1);
+}
+
+#[test]
+fn releasing_an_fd_ends_its_waits_closed() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let log: Log = Default::default();
+        let (r, w) = pipe();
+        for owner in [1, 2] {
+            let io = Some((r, Interest::READ, pin(9, &log)));
+            lp.park(owner, fire_logger(&log, &format!("w{owner}")), io, None)
+                .unwrap();
+        }
+        lp.release_fd(r);
+        assert_eq!(lp.stats().watchers, 0);
+        once(&lp);
+        assert_eq!(*log.borrow(), ["w1 closed", "w2 closed"], "{kind:?}");
+        assert_eq!(lp.stats().waiters, 0);
+        close(r);
+        close(w);
+    });
+}
+
+#[test]
+fn a_reused_fd_number_ends_the_old_waits_closed_and_serves_the_new_file() {
+    each_backend(|kind| {
+        let lp: TestLoop = Loop::new(kind).unwrap();
+        let log: Log = Default::default();
+        let (r, w) = pipe();
+        let io = Some((r, Interest::READ, pin(1, &log)));
+        lp.park(1, fire_logger(&log, "old"), io, None).unwrap();
+        let generation = lp.state.borrow().registry.generation(r).unwrap();
+        // Closed behind the loop's back; a new pipe gets the same number.
+        close(r);
+        close(w);
+        let (r2, w2) = pipe();
+        assert_eq!(r2, r);
+        let io = Some((r2, Interest::READ, pin(2, &log)));
+        lp.park(2, fire_logger(&log, "new"), io, None).unwrap();
+        // The close, reported late by the generation it closed.
+        lp.shared().release_sink().request_release(r, generation);
+        write_byte(w2);
+        once(&lp);
+        once(&lp);
+        assert_eq!(*log.borrow(), ["old closed", "new io"], "{kind:?}");
+        close(r2);
+        close(w2);
+    });
+}
