@@ -6,13 +6,6 @@ require "spec_helper"
 # bounded before allocation). What can abort, hang or leave global state
 # behind runs in a child process with a deadline.
 RSpec.describe "Bad input and the remaining hangs" do
-  # [:value, v] or [:raised, class name, message].
-  def capture
-    [:value, yield]
-  rescue Exception => e # rubocop:disable Lint/RescueException -- reported to the example
-    [:raised, e.class.name, e.message]
-  end
-
   # The task's outcome (see #capture) once the loop ran (at most +seconds+),
   # or [:hung].
   def task_outcome(evloop, seconds = 1.5, &)

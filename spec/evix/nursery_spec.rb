@@ -24,10 +24,6 @@ RSpec.describe "How failures end a run" do
     run_ruby(prelude + code, timeout: timeout, env: { "EVIX_BACKEND" => backend.to_s })
   end
 
-  def lines(run)
-    run.out.lines.map(&:chomp)
-  end
-
   # today: ArgumentError (Evix.run takes no keywords)
   it "accepts cancel_timeout: and returns the block's value" do
     expect(Evix.run(cancel_timeout: 5) { 6 * 7 }).to eq(42)

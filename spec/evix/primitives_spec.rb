@@ -10,14 +10,6 @@ require "spec_helper"
 RSpec.describe "Evix structured concurrency primitives" do
   let(:ev) { new_loop }
 
-  # Runs the block inside Evix.run, in a forked child, on +backend+'s loop.
-  def evix_run_in_child(backend = nil, timeout: 5, &block)
-    in_child(timeout: timeout) do
-      ENV["EVIX_BACKEND"] = backend.to_s if backend
-      Evix.run(&block)
-    end
-  end
-
   # A task that counts ticks every 5 ms until +stop+ returns true: proof that the
   # loop keeps running other tasks while one waits.
   def ticker(evloop, counter, stop)

@@ -6,14 +6,6 @@ require "spec_helper"
 # Task#cancel(reason) from anywhere, Task#cancelled?, tasks under Evix.run, and waits in
 # fibers that user code resumed. Each example notes how it fails on today's main.
 RSpec.describe "Evix::Task, one world of tasks" do
-  # Runs the block inside Evix.run, in a forked child, on +backend+'s loop.
-  def evix_run_in_child(backend = nil, timeout: 5, &block)
-    in_child(timeout: timeout) do
-      ENV["EVIX_BACKEND"] = backend.to_s if backend
-      Evix.run(&block)
-    end
-  end
-
   # The outcome of task.wait as a Marshal-able value.
   def outcome_of(task)
     [:value, task.wait]

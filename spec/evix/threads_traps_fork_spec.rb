@@ -21,10 +21,6 @@ RSpec.describe "Threads, traps and fork" do
     run_ruby(prelude + code, timeout: timeout, env: env)
   end
 
-  def lines(run)
-    run.out.lines.map(&:chomp)
-  end
-
   # What must never reach stderr: a Rust panic, Ruby's `fatal`, evix's
   # "internal error".
   def expect_no_crash(run)

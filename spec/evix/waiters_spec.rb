@@ -8,13 +8,6 @@ require "spec_helper"
 # socket that reuses the number is not deaf. Each example runs in a forked
 # child with a deadline: today most of these waiters stay parked forever.
 RSpec.describe "Waiters on an IO that is closed while they wait" do
-  # [:value, v] or [:raised, class name, message].
-  def capture
-    [:value, yield]
-  rescue Exception => e # rubocop:disable Lint/RescueException -- reported to the example
-    [:raised, e.class.name, e.message]
-  end
-
   # Runs the loop for at most +seconds+: a task left parked forever shows as
   # [:hung] in #result_of instead of hanging the child.
   def run_for(evloop, seconds = 1.5)

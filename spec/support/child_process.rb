@@ -33,6 +33,27 @@ module EvixChildProcess
     writer&.close unless writer&.closed?
   end
 
+  # [:value, what the block returned] or [:raised, class name, message]: an
+  # outcome a child can send back with Marshal.
+  def capture
+    [:value, yield]
+  rescue Exception => e # rubocop:disable Lint/RescueException -- reported as data
+    [:raised, e.class.name, e.message]
+  end
+
+  # Runs the block inside Evix.run, in a forked child, on +backend+'s loop.
+  def evix_run_in_child(backend = nil, timeout: 5, &block)
+    in_child(timeout: timeout) do
+      ENV["EVIX_BACKEND"] = backend.to_s if backend
+      Evix.run(&block)
+    end
+  end
+
+  # The lines a #run_ruby child printed, without their newlines.
+  def lines(run)
+    run.out.lines.map(&:chomp)
+  end
+
   # The outcome of #run_ruby.
   RubyRun = Struct.new(:status, :out, :err, :timed_out, keyword_init: true) do
     def success? = !timed_out && status&.success?
