@@ -94,7 +94,7 @@ module Evix
       Process.pid != @pid
     end
 
-    # Forgets +io+'s registration before it is closed (see ClosingIO).
+    # Forgets +io+'s registration before it is closed (see IOPatches::Closing).
     # @api private
     # @return [nil]
     def release(io)
