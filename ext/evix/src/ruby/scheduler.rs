@@ -34,8 +34,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-static READ_BY_RUBY: LazyId = LazyId::new("io_read_other");
-static WRITE_BY_RUBY: LazyId = LazyId::new("io_write_other");
+static IO_READ_OTHER: LazyId = LazyId::new("io_read_other");
+static IO_WRITE_OTHER: LazyId = LazyId::new("io_write_other");
 static TIMEOUT: LazyId = LazyId::new("timeout");
 static STAT: LazyId = LazyId::new("stat");
 static IS_FILE: LazyId = LazyId::new("file?");
@@ -276,12 +276,12 @@ fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
     args::arity(ruby, args, 3, 4)?;
     let (io, buffer) = (args[0], args[1]);
     let Some((file, length, mut offset)) = socket_call(ruby, args) else {
-        return rb_self.funcall(*READ_BY_RUBY, args);
+        return rb_self.funcall(*IO_READ_OTHER, args);
     };
     let fd = match nogvl::direct(ruby, file, false) {
         Direct::Fd(fd) => fd,
         Direct::Closed => return Err(closed_stream(ruby)),
-        Direct::Ruby => return rb_self.funcall(*READ_BY_RUBY, args),
+        Direct::Ruby => return rb_self.funcall(*IO_READ_OTHER, args),
     };
     let this = RbScheduler::this(ruby, &rb_self)?;
     let waited_first = this
@@ -303,7 +303,7 @@ fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
                 // Ruby's buffer got bytes while we waited (an ungetc): they
                 // come first, so Ruby's own method reads from here on.
                 return if total == 0 {
-                    rb_self.funcall(*READ_BY_RUBY, args)
+                    rb_self.funcall(*IO_READ_OTHER, args)
                 } else {
                     Ok(total.into_value_with(ruby))
                 };
@@ -347,14 +347,14 @@ fn io_write(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error>
     args::arity(ruby, args, 3, 4)?;
     let (io, buffer) = (args[0], args[1]);
     let Some((file, length, mut offset)) = socket_call(ruby, args) else {
-        return rb_self.funcall(*WRITE_BY_RUBY, args);
+        return rb_self.funcall(*IO_WRITE_OTHER, args);
     };
     let mut total = 0;
     loop {
         let Some(fd) = open_fd(ruby, file, true)? else {
             // Bytes in Ruby's write buffer go first: Ruby's own method.
             return if total == 0 {
-                rb_self.funcall(*WRITE_BY_RUBY, args)
+                rb_self.funcall(*IO_WRITE_OTHER, args)
             } else {
                 Ok(total.into_value_with(ruby))
             };
