@@ -147,8 +147,9 @@ module Evix
 
     if RUBY_VERSION >= "3.3"
       # Fiber::Scheduler hook (IO.select, Ruby >= 3.3), on the offload pool.
+      # Ruby passes only the arguments IO.select was given.
       # @return [Array, nil] like IO.select
-      def io_select(readables, writables, exceptables, timeout)
+      def io_select(readables, writables = nil, exceptables = nil, timeout = nil)
         loop.offload { ::IO.select(readables, writables, exceptables, timeout) }
       end
     end

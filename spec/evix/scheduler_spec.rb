@@ -221,6 +221,25 @@ RSpec.describe Evix::Scheduler do
     end
   end
 
+  describe "IO.select" do
+    # Ruby >= 3.3 calls io_select with only the arguments IO.select was given.
+    it "takes one, two or four arguments, and returns when another thread writes" do
+      r, w = pipe
+      result = in_child do
+        Thread.new do
+          sleep 0.05
+          w.write("x")
+        end
+        Evix.run do
+          # rubocop:disable Lint/IncompatibleIoSelectWithFiberScheduler -- the hook is what is tested
+          [IO.select([r]), IO.select([r], [w]), IO.select([r], nil, nil, 1)].map { |ready| ready.map(&:size) }
+          # rubocop:enable Lint/IncompatibleIoSelectWithFiberScheduler
+        end
+      end
+      expect(result).to eq([[1, 0, 0], [1, 1, 0], [1, 0, 0]])
+    end
+  end
+
   describe "IO.pipe" do
     it "moves 1 MB from a writer fiber to a reader fiber without deadlock, bytes intact" do
       r, w = pipe
