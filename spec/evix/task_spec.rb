@@ -32,9 +32,11 @@ RSpec.describe Evix::Task do
 
     it "starts tasks in the order they were spawned and interleaves them at waits", timing: true do
       log = []
+      # Sleeps far apart: b starts after a, and on a loaded machine that can
+      # take longer than a few milliseconds.
       ev.spawn do
         log << :a1
-        ev.sleep(0.02)
+        ev.sleep(0.1)
         log << :a2
       end
       ev.spawn do
