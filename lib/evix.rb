@@ -27,8 +27,8 @@ module Evix
   end
 end
 
-# A build for this Ruby's minor version (lib/evix/3.3/evix.so, as rake
-# compat:ruby33 makes) wins over the default one.
+# A build for this Ruby's minor version (lib/evix/3.3/evix.so, lib/evix/3.4/evix.so, as rake
+# compat:ruby33 and compat:ruby34 make) wins over the default one.
 begin
   require "evix/#{RUBY_VERSION[/\A\d+\.\d+/]}/evix"
 rescue LoadError

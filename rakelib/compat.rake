@@ -2,20 +2,39 @@
 
 require_relative "evix_build"
 
-# A second Ruby for CI: Debian 13's Ruby 3.3 in a chroot built once into a
-# cache outside the checkout. The host's ~/.cargo and ~/.rustup and the
-# checkout are bind-mounted; the extension is built into lib/evix/3.3/ so the
-# host's build is left alone.
+# More Rubies for CI, each in a Debian chroot built once into a cache outside
+# the checkout: Ruby 3.3 from Debian 13 (trixie), Ruby 3.4 from Debian
+# experimental on a sid base. The host's ~/.cargo and ~/.rustup and the
+# checkout are bind-mounted; the extension is built into lib/evix/<x.y>/ so
+# the host's build is left alone (lib/evix.rb loads that one first).
 module Compat
-  SUITE = "trixie"
-  # strace: a scheduler spec counts the reads a child process makes.
-  PACKAGES = %w[ruby ruby-dev ruby-rspec rake bundler libclang-dev build-essential strace].freeze
+  # A Ruby lane: +suite+ is debootstrapped; +experimental+ adds Debian
+  # experimental to its sources and installs +ruby_packages+ from there.
+  Lane = Struct.new(:version, :suite, :ruby, :ruby_packages, :experimental, keyword_init: true) do
+    # strace: a scheduler spec counts the reads a child process makes.
+    def packages
+      ruby_packages + %w[ruby-rspec libclang-dev build-essential strace]
+    end
+
+    # EVIX_COMPAT_ROOT_33, EVIX_COMPAT_ROOT_34 move a lane's cache.
+    def root
+      name = experimental ? "debian-#{suite}-experimental" : "debian-#{suite}"
+      ENV.fetch("EVIX_COMPAT_ROOT_#{version.delete(".")}", File.join(Dir.home, ".cache", "evix", name))
+    end
+  end
+
+  LANES = {
+    "3.3" => Lane.new(version: "3.3", suite: "trixie", ruby: "/usr/bin/ruby",
+                      ruby_packages: %w[ruby ruby-dev rake bundler], experimental: false),
+    "3.4" => Lane.new(version: "3.4", suite: "sid", ruby: "/usr/bin/ruby3.4",
+                      ruby_packages: %w[ruby3.4 ruby3.4-dev], experimental: true)
+  }.freeze
+
+  # The registry's copy of sid's and experimental's Release files may be
+  # older than their Valid-Until.
+  APT = %w[apt-get -o Acquire::Check-Valid-Until=false].freeze
 
   module_function
-
-  def root
-    ENV.fetch("EVIX_COMPAT_ROOT", File.join(Dir.home, ".cache", "evix", "debian-#{SUITE}"))
-  end
 
   def sh!(*command)
     system(*command) || abort("compat: failed: #{command.join(" ")}")
@@ -23,21 +42,31 @@ module Compat
 
   # The marker lists the packages installed: a cache made before a package
   # was added gets it installed, not rebuilt.
-  def build_root
+  def build_root(lane)
+    root = lane.root
     marker = File.join(root, ".evix-ready")
-    return if File.exist?(marker) && File.read(marker).split == PACKAGES
+    return if File.exist?(marker) && File.read(marker).split.sort == lane.packages.sort
 
     abort "compat: needs root (debootstrap, chroot, mount)" unless Process.uid.zero?
     unless File.exist?(marker)
       FileUtils.rm_rf(root)
       FileUtils.mkdir_p(root)
-      sh!("debootstrap", "--variant=minbase", SUITE, root)
+      sh!("debootstrap", "--variant=minbase", lane.suite, root)
     end
-    with_mounts(proc_dev_only: true) do
-      sh!("chroot", root, "/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q",
-          "--no-install-recommends", *PACKAGES)
+    with_mounts(root, proc_dev_only: true) { install(lane) }
+    File.write(marker, lane.packages.join(" "))
+  end
+
+  def install(lane)
+    apt = ["chroot", lane.root, "/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", *APT]
+    install = [*apt, "install", "-y", "-q", "--no-install-recommends"]
+    if lane.experimental
+      File.write(File.join(lane.root, "etc/apt/sources.list.d/experimental.list"),
+                 "deb http://deb.debian.org/debian experimental main\n")
+      sh!(*apt, "-q", "update")
+      sh!(*install, "-t", "experimental", *lane.ruby_packages)
     end
-    File.write(marker, PACKAGES.join(" "))
+    sh!(*install, *lane.packages)
   end
 
   def mounts
@@ -45,7 +74,8 @@ module Compat
      [File.join(Dir.home, ".rustup"), "root/.rustup"], [EvixBuild::ROOT, "evix"]]
   end
 
-  def with_mounts(proc_dev_only: false)
+  # A minbase chroot has no /etc/hosts: the host's is copied in.
+  def with_mounts(root, proc_dev_only: false)
     mounted = []
     list = proc_dev_only ? mounts.first(2) : mounts
     list.each do |source, target|
@@ -60,29 +90,35 @@ module Compat
     mounted.reverse_each { |path| system("umount", "-l", path) }
   end
 
-  def script
+  def script(lane)
+    target = "/evix/target/ruby#{lane.version.delete(".")}"
     <<~SH
       set -e
       cd /evix
       export PATH=/root/.cargo/bin:$PATH CARGO_HOME=/root/.cargo RUSTUP_HOME=/root/.rustup
-      export CARGO_TARGET_DIR=/evix/target/ruby33 RUBY=/usr/bin/ruby
-      ruby -v
+      export CARGO_TARGET_DIR=#{target} RUBY=#{lane.ruby}
+      #{lane.ruby} -v
       cargo build --release --locked -p evix
-      mkdir -p lib/evix/3.3 && rm -f lib/evix/3.3/evix.so
-      cp target/ruby33/release/libevix.so lib/evix/3.3/evix.so
-      rspec spec/evix spec/examples
+      mkdir -p lib/evix/#{lane.version} && rm -f lib/evix/#{lane.version}/evix.so
+      cp #{target}/release/libevix.so lib/evix/#{lane.version}/evix.so
+      #{lane.ruby} -S rspec spec/evix spec/examples
     SH
+  end
+
+  def run(lane)
+    build_root(lane)
+    # A clean environment: nothing of the host's bundle or Ruby leaks in.
+    with_mounts(lane.root) do
+      sh!("chroot", lane.root, "/usr/bin/env", "-i", "HOME=/root", "LANG=C.UTF-8",
+          "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "/bin/bash", "-c", script(lane))
+    end
   end
 end
 
 namespace :compat do
   desc "Compile and run the specs on Ruby 3.3 in a Debian 13 chroot (root only)"
-  task :ruby33 do
-    Compat.build_root
-    # A clean environment: nothing of the host's bundle or Ruby leaks in.
-    Compat.with_mounts do
-      Compat.sh!("chroot", Compat.root, "/usr/bin/env", "-i", "HOME=/root", "LANG=C.UTF-8",
-                 "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "/bin/bash", "-c", Compat.script)
-    end
-  end
+  task(:ruby33) { Compat.run(Compat::LANES.fetch("3.3")) }
+
+  desc "Compile and run the specs on Ruby 3.4 (Debian experimental) in a sid chroot (root only)"
+  task(:ruby34) { Compat.run(Compat::LANES.fetch("3.4")) }
 end

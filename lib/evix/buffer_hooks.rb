@@ -32,24 +32,10 @@ module Evix
         end
       end
 
-      if RUBY_VERSION >= "3.4"
-        # Fiber::Scheduler hook (IO#pwrite, Ruby >= 3.4): writes at file offset
-        # +from+, on the offload pool.
-        # @return [Integer] bytes written, or -errno
-        def io_pwrite(io, buffer, from, length, offset)
-          total = 0
-          while (total.zero? || total < length) && offset < buffer.size
-            data = buffer.get_string(offset)
-            written = loop.offload { io.pwrite(data, from) }
-            offset += written
-            from += written
-            total += written
-          end
-          total
-        rescue SystemCallError => e
-          -e.errno
-        end
-      end
+      # io_pwrite is not defined: Ruby 3.3 and 3.4 call it from inside
+      # IO#pwrite's blocking region, without the GVL, where a hook that
+      # switches fibers wedges the thread (spec/evix/ruby34_spec.rb). IO#pwrite
+      # then writes the file directly, as it does without a scheduler.
 
       # Ruby 3.1's BasicSocket#read_nonblock and IO#write_nonblock call the
       # kernel directly; only IO#read_nonblock on other IOs would come back
@@ -127,9 +113,10 @@ module Evix
       # Ruby 3.1 calls io_read with length 0 for it and for every other read
       # alike, and the others must wait here (IO#sysread raises on -EAGAIN),
       # so only the caller tells them apart: the frame under the io_read hook
-      # (asked only when there is nothing to read, just before a wait).
+      # (asked only when there is nothing to read, just before a wait). Its
+      # base_label: Ruby 3.4's label is "IO#read_nonblock".
       def nonblock_call?
-        caller_locations(2, 3).any? { |frame| frame.label == "read_nonblock" && frame.path == "<internal:io>" }
+        caller_locations(2, 3).any? { |frame| frame.base_label == "read_nonblock" && frame.path == "<internal:io>" }
       end
 
       def read_nonblock(io, size)

@@ -13,6 +13,12 @@ module Evix
   #   removes).
   # - IO#reopen puts another file under the same IO object and fd number, so
   #   the loops stop trusting registrations pinned to that object.
+  # - On a Ruby whose TCPSocket.new races addresses itself (Happy Eyeballs
+  #   v2, Ruby 3.4: Socket.tcp_fast_fallback), TCPSocket.new inside
+  #   Evix.run connects without it, unless the caller passes fast_fallback:.
+  #   That code resolves names in its own threads and waits for them by
+  #   blocking the thread, never through the scheduler's address_resolve,
+  #   so it would stall the whole loop while a name resolves.
   module IOPatches
     # Prepended to ::IO.
     module Closing
@@ -31,6 +37,22 @@ module Evix
       end
     end
 
+    # Prepended to ::TCPSocket where Ruby has Socket.tcp_fast_fallback.
+    module NoFastFallback
+      def initialize(*args, **options)
+        options[:fast_fallback] = false if !options.key?(:fast_fallback) && NoFastFallback.evix_scheduler?
+        super
+      end
+
+      # Whether this thread's scheduler is an Evix::Scheduler of this process.
+      # @api private
+      # @return [Boolean]
+      def self.evix_scheduler?
+        scheduler = Fiber.scheduler
+        scheduler.is_a?(Scheduler) && !scheduler.inherited?
+      end
+    end
+
     @installed = false
 
     # Prepends the patches to ::IO once. @return [nil]
@@ -39,6 +61,7 @@ module Evix
 
       @installed = true
       ::IO.prepend(Closing)
+      ::TCPSocket.prepend(NoFastFallback) if defined?(::TCPSocket) && ::Socket.respond_to?(:tcp_fast_fallback)
       nil
     end
   end

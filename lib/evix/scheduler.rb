@@ -146,20 +146,54 @@ module Evix
     end
 
     if RUBY_VERSION >= "3.3"
-      # Fiber::Scheduler hook (IO.select, Ruby >= 3.3), on the offload pool.
-      # Ruby passes only the arguments IO.select was given.
+      # Fiber::Scheduler hook (IO.select, Ruby >= 3.3). Ruby passes only the
+      # arguments IO.select was given (IO.select([r]) calls
+      # io_select(readables)), so all but the first are optional. A select
+      # on one IO waits in the loop like #io_wait (so closing the IO ends it
+      # with IOError); one on several IOs runs on the offload pool.
       # @return [Array, nil] like IO.select
       def io_select(readables, writables = nil, exceptables = nil, timeout = nil)
-        loop.offload { ::IO.select(readables, writables, exceptables, timeout) }
+        ready = select_now(readables, writables, exceptables)
+        return ready if ready || timeout&.zero?
+
+        interests = select_interests(readables, writables, exceptables)
+        return loop.offload { ::IO.select(readables, writables, exceptables, timeout) } unless interests.size == 1
+
+        io, events = interests.first
+        deadline = timeout && (Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout)
+        while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
+          left = deadline && [deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max
+          return nil unless io_wait(io, events, left)
+
+          ready = select_now(readables, writables, exceptables)
+          return ready if ready
+        end
       end
+
+      # IO.select with a zero timeout, in a blocking fiber (where Ruby does
+      # not call io_select).
+      def select_now(readables, writables, exceptables)
+        Fiber.blocking { ::IO.select(readables, writables, exceptables, 0) }
+      end
+
+      # { io => IO::READABLE | IO::WRITABLE | IO::PRIORITY bits }
+      def select_interests(readables, writables, exceptables)
+        interests = Hash.new(0).compare_by_identity
+        [[readables, ::IO::READABLE], [writables, ::IO::WRITABLE], [exceptables, ::IO::PRIORITY]].each do |ios, bit|
+          ios&.each { |io| interests[::IO.try_convert(io) || io] |= bit }
+        end
+        interests
+      end
+      private :select_now, :select_interests
     end
 
-    if RUBY_VERSION >= "3.4"
-      # Fiber::Scheduler hook (Ruby >= 3.4): blocking C work on the offload pool.
-      def blocking_operation_wait(work)
-        loop.offload { work.call }
-      end
-    end
+    # blocking_operation_wait (Ruby >= 3.4) is not defined. Ruby hands it an
+    # opaque job for every blocking region it marks offload-safe: IO#close,
+    # File.open, File.stat, ... all of which it would turn into a trip
+    # through a pool thread (closing a socket pair 10 -> 107 us, File.exist?
+    # 1.4 -> 53 us), with no way to tell the rare long one from the many
+    # short ones. Without it Ruby runs them in the fiber's thread, as 3.1 and
+    # 3.3 do. See "Supported Rubies" in the README.
 
     if RUBY_VERSION >= "3.5"
       # Fiber::Scheduler hook (Ruby >= 3.5): raises +exception+ in +fiber+.
