@@ -350,7 +350,7 @@ impl<C: Clone> Loop<C> {
 
     /// Parks `owner` (one wait at a time each) until `resume` is called by
     /// whichever comes first: `io` ready (a one-shot watcher for the fd and
-    /// interest), `timeout`, [`Loop::wake`], or the fd's release. Unless an
+    /// interest), `timeout`, [`Loop::unpark`], or the fd's release. Unless an
     /// end of wait is pending for the owner: then nothing is parked.
     pub fn park(
         &self,
@@ -583,25 +583,35 @@ impl<C: Clone> Loop<C> {
             self.release_closed(fd, generation);
         }
         let closed = self.state.borrow().closed.len();
-        for _ in 0..closed {
-            let next = self.state.borrow_mut().closed.pop_front();
-            let Some(callback) = next else { break };
-            driver
-                .invoke(callback, Fire::Closed)
-                .map_err(RunError::Callback)?;
-        }
+        self.drain(driver, closed, |state| &mut state.closed, Fire::Closed)?;
         let count = {
             let mut state = self.state.borrow_mut();
             state.iterations += 1;
             self.shared.take_posts(&mut state.immediates);
             state.immediates.len()
         };
+        self.drain(
+            driver,
+            count,
+            |state| &mut state.immediates,
+            Fire::Immediate,
+        )
+    }
+
+    /// Calls, with `fire`, the first `count` callbacks of the queue `queue`
+    /// picks; what they queue meanwhile waits for the next iteration. No
+    /// borrow is held while a callback runs.
+    fn drain<D: Driver<C>>(
+        &self,
+        driver: &mut D,
+        count: usize,
+        queue: fn(&mut State<C>) -> &mut VecDeque<C>,
+        fire: Fire,
+    ) -> Result<(), RunError<D::Error>> {
         for _ in 0..count {
-            let next = self.state.borrow_mut().immediates.pop_front();
+            let next = queue(&mut self.state.borrow_mut()).pop_front();
             let Some(callback) = next else { break };
-            driver
-                .invoke(callback, Fire::Immediate)
-                .map_err(RunError::Callback)?;
+            driver.invoke(callback, fire).map_err(RunError::Callback)?;
         }
         Ok(())
     }
@@ -789,14 +799,7 @@ impl<C: Clone> Loop<C> {
     /// Phase 6: deferred callbacks queued before the phase began.
     fn run_deferred<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
         let count = self.state.borrow().deferred.len();
-        for _ in 0..count {
-            let next = self.state.borrow_mut().deferred.pop_front();
-            let Some(callback) = next else { break };
-            driver
-                .invoke(callback, Fire::Deferred)
-                .map_err(RunError::Callback)?;
-        }
-        Ok(())
+        self.drain(driver, count, |state| &mut state.deferred, Fire::Deferred)
     }
 }
 

@@ -267,7 +267,8 @@ pub fn owner_of(fiber: Fiber) -> u64 {
     fiber.as_raw()
 }
 
-fn is_fiber_error(ruby: &Ruby, error: &Error) -> bool {
+/// Whether `error` is a FiberError (a switch Ruby refused).
+pub fn is_fiber_error(ruby: &Ruby, error: &Error) -> bool {
     ruby.class_object()
         .const_get::<_, magnus::RClass>("FiberError")
         .is_ok_and(|class| error.is_kind_of(class))

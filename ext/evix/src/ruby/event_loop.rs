@@ -1,7 +1,7 @@
 //! `Evix::Loop`: the Rust loop core as a Ruby object.
 
 use super::args;
-use super::callback::{owner_of, required_block, Callback, RubyDriver, Switch};
+use super::callback::{self, owner_of, required_block, Callback, RubyDriver, Switch};
 use super::errors;
 use super::nogvl;
 use super::timer::RbTimer;
@@ -228,10 +228,7 @@ impl RbLoop {
         let result = match back_to {
             Some(target) => target.transfer::<_, Value>(()),
             None => ruby.fiber_yield::<_, Value>(()).map_err(|e| {
-                let fiber_error = ruby
-                    .class_object()
-                    .const_get::<_, magnus::RClass>("FiberError");
-                if fiber_error.is_ok_and(|class| e.is_kind_of(class)) {
+                if callback::is_fiber_error(ruby, &e) {
                     errors::evix(
                         ruby,
                         "Evix::Loop waits must be made inside a task or a fiber the loop runs",
@@ -269,11 +266,15 @@ impl RbLoop {
     /// Whether `rb_self` is a loop created before a fork, in the child: its
     /// scheduler's hooks then block the thread instead (see scheduler.rs).
     pub(super) fn inherited(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
-        Ok(Self::this(ruby, &rb_self)?.fork_generation != fork::generation())
+        Ok(Self::this(ruby, &rb_self)?.forked())
+    }
+
+    fn forked(&self) -> bool {
+        self.fork_generation != fork::generation()
     }
 
     fn not_forked(&self, ruby: &Ruby) -> Result<(), Error> {
-        if self.fork_generation != fork::generation() {
+        if self.forked() {
             return Err(errors::evix(
                 ruby,
                 "this Evix::Loop was created before fork; create a new loop in the child process",
@@ -486,11 +487,10 @@ impl RbLoop {
     }
 
     fn resume_token(&self, ruby: &Ruby, token: u64, value: Value) -> Result<bool, Error> {
-        let rb_self = self;
-        let core = rb_self.usable(ruby)?;
+        let core = self.usable(ruby)?;
         match errors::guard(ruby, || Ok(core.unpark(key_of(token))))? {
             Some(resume) => {
-                rb_self.deliver(ruby, core, resume.with_value(value))?;
+                self.deliver(ruby, core, resume.with_value(value))?;
                 Ok(true)
             }
             None => Ok(false),

@@ -427,7 +427,7 @@ fn wait_for(
     match (waited, refused.get()) {
         // The kernel refused the registration: the hooks' -errno.
         (Err(_), Some(errno)) => Ok(Err(errno)),
-        (Err(error), None) => Err(closed_before_wait(ruby, io, error)),
+        (Err(error), None) => Err(closed_before_wait(ruby, error)),
         (Ok(ready), _) => Ok(Ok((!ready.is_nil()).then_some(ready))),
     }
 }
@@ -443,7 +443,7 @@ fn closed_meanwhile(ruby: &Ruby) -> Error {
 /// `Loop#wait_io` raises Evix::ClosedError for an IO closed before or
 /// while the fiber waits; Ruby code expects the IOError of an IO closed
 /// meanwhile.
-fn closed_before_wait(ruby: &Ruby, _io: Value, error: Error) -> Error {
+fn closed_before_wait(ruby: &Ruby, error: Error) -> Error {
     if errors::is_closed(ruby, &error) {
         closed_meanwhile(ruby)
     } else {
