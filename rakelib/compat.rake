@@ -11,9 +11,10 @@ module Compat
   # A Ruby lane: +suite+ is debootstrapped; +experimental+ adds Debian
   # experimental to its sources and installs +ruby_packages+ from there.
   Lane = Struct.new(:version, :suite, :ruby, :ruby_packages, :experimental, keyword_init: true) do
-    # strace: a scheduler spec counts the reads a child process makes.
+    # strace: a scheduler spec counts the reads a child process makes; openssl, curl and
+    # redis-tools: the server kit's specs use them as real clients.
     def packages
-      ruby_packages + %w[ruby-rspec libclang-dev build-essential strace]
+      ruby_packages + %w[ruby-rspec libclang-dev build-essential strace openssl curl redis-tools]
     end
 
     # EVIX_COMPAT_ROOT_33, EVIX_COMPAT_ROOT_34 move a lane's cache.
