@@ -7,12 +7,14 @@
 //! may walk the callbacks from another thread at any time.
 
 pub mod closing;
+pub mod pulse;
 mod registry;
 mod shared;
 mod slab;
 mod timers;
 mod waiters;
 
+pub use pulse::{Pulse, Stall};
 pub use registry::Pin;
 pub use shared::{Closed, Shared, Wake};
 pub use slab::Key;
@@ -53,6 +55,15 @@ impl<C> Slot<C> {
             Slot::Wake(_) => None,
         }
     }
+}
+
+/// What a parked waiter waits for (`Loop::wait_of`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitOf {
+    /// The fd and interest of its one-shot watcher.
+    pub io: Option<(RawFd, Interest)>,
+    /// When its timeout ends the wait.
+    pub deadline: Option<Instant>,
 }
 
 /// What `park` did.
@@ -210,9 +221,18 @@ pub struct Loop<C> {
     state: RefCell<State<C>>,
     poller: RefCell<Poller>,
     shared: Arc<Shared<C>>,
+    /// Read by stall watchdogs on other threads (see `pulse`).
+    pulse: Arc<Pulse>,
     kind: BackendKind,
     running: Cell<bool>,
     stop: Cell<bool>,
+}
+
+impl<C> Drop for Loop<C> {
+    fn drop(&mut self) {
+        // A loop collected without `close`: its watchdogs stop too.
+        self.pulse.end();
+    }
 }
 
 /// Clears the running flag however `run` ends.
@@ -247,6 +267,7 @@ impl<C: Clone> Loop<C> {
                 events: Vec::with_capacity(1024),
             }),
             shared,
+            pulse: Arc::default(),
             kind,
             running: Cell::new(false),
             stop: Cell::new(false),
@@ -264,6 +285,11 @@ impl<C: Clone> Loop<C> {
 
     pub fn is_closed(&self) -> bool {
         self.shared.is_closed()
+    }
+
+    /// What the driver marks each callback on, for stall watchdogs.
+    pub fn pulse(&self) -> &Arc<Pulse> {
+        &self.pulse
     }
 
     pub fn is_running(&self) -> bool {
@@ -378,11 +404,9 @@ impl<C: Clone> Loop<C> {
             },
         };
         let mut state = self.state.borrow_mut();
-        let timer = timeout.map(|delay| {
-            let deadline = deadline_after(Instant::now(), delay);
-            state.timers.add(deadline, None, Slot::Wake(key))
-        });
-        state.waiters.attach(key, watcher, timer);
+        let deadline = timeout.map(|delay| deadline_after(Instant::now(), delay));
+        let timer = deadline.map(|deadline| state.timers.add(deadline, None, Slot::Wake(key)));
+        state.waiters.attach(key, watcher, timer, deadline);
         Ok(Parked::Waiting(key))
     }
 
@@ -395,6 +419,18 @@ impl<C: Clone> Loop<C> {
     /// The wait `owner` is parked in, if any.
     pub fn parked(&self, owner: u64) -> Option<Key> {
         self.state.borrow_mut().waiters.parked(owner)
+    }
+
+    /// What `owner` is parked on, if it is parked.
+    pub fn wait_of(&self, owner: u64) -> Option<WaitOf> {
+        let mut state = self.state.borrow_mut();
+        let key = state.waiters.parked(owner)?;
+        let waiter = state.waiters.get(key)?;
+        let (watcher, deadline) = (waiter.watcher, waiter.deadline);
+        Some(WaitOf {
+            io: watcher.and_then(|watcher| state.registry.watched(watcher)),
+            deadline,
+        })
     }
 
     /// Whether `owner` is parked (cheap for the one that parked last).
@@ -503,6 +539,7 @@ impl<C: Clone> Loop<C> {
 
     /// Drops every callback and closes the backend and waker.
     pub fn close(&self) {
+        self.pulse.end();
         self.shared.close();
         self.poller.borrow_mut().backend = None;
         let mut state = self.state.borrow_mut();

@@ -283,6 +283,11 @@ impl<C: Clone> Registry<C> {
         self.watchers.get(key).is_some()
     }
 
+    /// The fd and interest a watcher watches.
+    pub fn watched(&self, key: Key) -> Option<(RawFd, Interest)> {
+        self.watchers.get(key).map(|w| (w.fd, w.interest))
+    }
+
     pub fn set_ref(&mut self, key: Key, referenced: bool) {
         if let Some(w) = self.watchers.get_mut(key) {
             if w.referenced != referenced {

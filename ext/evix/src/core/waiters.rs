@@ -9,6 +9,7 @@
 use super::slab::{Key, Slab};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::time::Instant;
 
 #[derive(Debug)]
 pub struct Waiter<C> {
@@ -18,6 +19,8 @@ pub struct Waiter<C> {
     pub resume: C,
     pub watcher: Option<Key>,
     pub timer: Option<Key>,
+    /// When `timer` ends the wait (for `Loop#tasks`).
+    pub deadline: Option<Instant>,
 }
 
 /// Owners are addresses, already well spread: one multiply mixes them enough.
@@ -78,14 +81,26 @@ impl<C> Waiters<C> {
             resume,
             watcher: None,
             timer: None,
+            deadline: None,
         })
     }
 
-    pub fn attach(&mut self, key: Key, watcher: Option<Key>, timer: Option<Key>) {
+    pub fn attach(
+        &mut self,
+        key: Key,
+        watcher: Option<Key>,
+        timer: Option<Key>,
+        deadline: Option<Instant>,
+    ) {
         if let Some(waiter) = self.slab.get_mut(key) {
             waiter.watcher = watcher;
             waiter.timer = timer;
+            waiter.deadline = deadline;
         }
+    }
+
+    pub fn get(&self, key: Key) -> Option<&Waiter<C>> {
+        self.slab.get(key)
     }
 
     /// Ends the wait under `key`: the waiter, whose triggers the caller

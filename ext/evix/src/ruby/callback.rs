@@ -202,7 +202,10 @@ impl Driver<Callback> for RubyDriver<'_> {
     type Error = Error;
 
     fn invoke(&mut self, callback: Callback, fire: Fire) -> Result<(), Error> {
+        // Marked for stall watchdogs (Loop#on_stall) until the callback returns.
+        let busy = self.core.pulse().enter();
         let result = self.call(callback, fire);
+        drop(busy);
         if crate::sys::fork::generation() != self.fork_generation {
             return Err(errors::evix(
                 self.ruby,

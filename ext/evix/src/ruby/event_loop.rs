@@ -4,6 +4,7 @@ use super::args;
 use super::callback::{self, owner_of, required_block, Callback, RubyDriver, Switch};
 use super::errors;
 use super::nogvl;
+use super::stall_probe::RbStallProbe;
 use super::timer::RbTimer;
 use super::watcher::RbWatcher;
 use crate::core::{Driver, Fire, Key, Loop, Parked, Pin, RunError, RunMode};
@@ -173,6 +174,47 @@ impl RbLoop {
     /// `waiters`: how many fibers are parked on the loop.
     fn waiters(ruby: &Ruby, rb_self: &Self) -> Result<usize, Error> {
         Ok(rb_self.usable(ruby)?.stats().waiters)
+    }
+
+    /// `stall_probe(seconds)`, private: what a stall watchdog thread watches
+    /// (see lib/evix/stall.rb).
+    fn stall_probe(ruby: &Ruby, rb_self: &Self, seconds: Value) -> Result<RbStallProbe, Error> {
+        let core = rb_self.usable(ruby)?;
+        let threshold = args::seconds(ruby, seconds, "threshold")?;
+        if threshold.is_zero() {
+            return Err(errors::argument(
+                ruby,
+                "threshold must be a positive number of seconds (got 0)".into(),
+            ));
+        }
+        Ok(RbStallProbe::new(core.pulse().clone(), threshold))
+    }
+
+    /// `wait_of(fiber)`, private: what `fiber` is parked on, as `[fd, event
+    /// bits, seconds left]` (each nil when the wait has none), or nil if it
+    /// is not parked on this loop.
+    fn wait_of(ruby: &Ruby, rb_self: &Self, fiber: Fiber) -> Result<Option<Value>, Error> {
+        let core = rb_self.usable(ruby)?;
+        let Some(wait) = errors::guard(ruby, || Ok(core.wait_of(owner_of(fiber))))? else {
+            return Ok(None);
+        };
+        let left = wait.deadline.map(|deadline| {
+            deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .as_secs_f64()
+        });
+        let (fd, bits) = match wait.io {
+            Some((fd, interest)) => (Some(fd), Some(interest.bits())),
+            None => (None, None),
+        };
+        Ok(Some(
+            ruby.ary_new_from_values(&[
+                fd.into_value_with(ruby),
+                bits.into_value_with(ruby),
+                left.into_value_with(ruby),
+            ])
+            .as_value(),
+        ))
     }
 
     /// `reserve_fd(io)`, private: marks the signal pipe's read end as the loop's own.
@@ -537,6 +579,8 @@ impl RbLoop {
     /// meanwhile and resumed on the next tick.
     fn start(ruby: &Ruby, rb_self: &Self, fiber: Fiber) -> Result<(), Error> {
         let core = rb_self.usable(ruby)?;
+        // Until the fiber waits: a task's first run may start outside `run`.
+        let _busy = core.pulse().enter();
         let current = ruby.fiber_current();
         match rb_self.home.get().map(|home| ruby.get_inner(home)) {
             Some(home) if home.as_raw() != current.as_raw() => {
@@ -847,6 +891,8 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_singleton_method("io_closing", function!(RbLoop::io_closing, 1))?;
     class.define_private_method("reserve_fd", method!(RbLoop::reserve_fd, 1))?;
     class.define_private_method("disown", method!(RbLoop::disown, 0))?;
+    class.define_private_method("stall_probe", method!(RbLoop::stall_probe, 1))?;
+    class.define_private_method("wait_of", method!(RbLoop::wait_of, 1))?;
     class.define_method("waiters", method!(RbLoop::waiters, 0))?;
     class.define_method("post", method!(RbLoop::post, 0))?;
     class.define_method("wakeup", method!(RbLoop::wakeup, 0))?;

@@ -6,6 +6,7 @@ mod errors;
 mod event_loop;
 mod nogvl;
 mod scheduler;
+mod stall_probe;
 mod stream;
 mod timer;
 mod watcher;
@@ -24,6 +25,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     timer::init(ruby, evix)?;
     watcher::init(ruby, evix)?;
     scheduler::init(ruby, evix)?;
+    stall_probe::init(ruby, evix)?;
     stream::init(ruby, evix)?;
     // magnus's TypedData derive looks each class up lazily, in a OnceLock
     // whose initialiser calls Object.const_get and so may give up the GVL:
@@ -34,6 +36,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     timer::RbTimer::class(ruby);
     watcher::RbWatcher::class(ruby);
     scheduler::RbScheduler::class(ruby);
+    stall_probe::RbStallProbe::class(ruby);
     Ok(())
 }
 

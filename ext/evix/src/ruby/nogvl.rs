@@ -40,8 +40,21 @@ pub enum Blocked<R> {
 /// Runs `func` without the GVL; `wake` makes it return early. Ruby runs no
 /// interrupt handler (trap handlers, Thread#raise) around it: the caller
 /// does that with [`check_interrupts`] once it holds no borrows, since those
-/// handlers may call back into the loop.
+/// handlers may call back into the loop. `wake` must be async-signal-safe.
 pub fn without_gvl<R>(func: &mut dyn FnMut() -> R, wake: &(dyn Fn() + Sync)) -> Blocked<R> {
+    // The unblock function only writes the waker (an eventfd or a pipe),
+    // which is async-signal-safe; without this flag Ruby 3.1 starts a thread
+    // to run it on every blocking wait.
+    nogvl(func, wake, rb_sys::RB_NOGVL_UBF_ASYNC_SAFE)
+}
+
+/// [`without_gvl`] for a `wake` that is not async-signal-safe (it takes a
+/// lock): for calls made seldom, off the loop thread.
+pub fn without_gvl_locking<R>(func: &mut dyn FnMut() -> R, wake: &(dyn Fn() + Sync)) -> Blocked<R> {
+    nogvl(func, wake, 0)
+}
+
+fn nogvl<R>(func: &mut dyn FnMut() -> R, wake: &(dyn Fn() + Sync), flags: u32) -> Blocked<R> {
     let mut call = Call { func, result: None };
     let wake_ref: &(dyn Fn() + Sync) = wake;
     // SAFETY: both pointers refer to locals of this frame that outlive the
@@ -54,10 +67,7 @@ pub fn without_gvl<R>(func: &mut dyn FnMut() -> R, wake: &(dyn Fn() + Sync)) -> 
             &mut call as *mut Call<'_, R> as *mut c_void,
             Some(unblock),
             &wake_ref as *const &(dyn Fn() + Sync) as *mut c_void,
-            // The unblock function only writes the waker (an eventfd or a
-            // pipe), which is async-signal-safe; without this flag Ruby 3.1
-            // starts a thread to run it on every blocking wait.
-            (rb_sys::RB_NOGVL_UBF_ASYNC_SAFE | rb_sys::RB_NOGVL_INTR_FAIL) as i32,
+            (flags | rb_sys::RB_NOGVL_INTR_FAIL) as i32,
         );
     }
     match call.result {
