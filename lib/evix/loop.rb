@@ -104,6 +104,8 @@ module Evix
         super
         @signals&.close
         @signals = nil
+        @stall_watch&.cancel # ends the watchdog thread (see stall.rb)
+        @stall_watch = nil
       end
     end
     prepend Closing

@@ -33,6 +33,7 @@ module Evix
       @waiting = [] # tokens of the fibers waiting in #wait
       @state = :pending
       @fiber = Fiber.new(blocking: false) { run(block) }
+      loop.task_started(self) # listed by Loop#tasks until it ends
       loop.next_tick { self.start } if start
     end
 
@@ -146,6 +147,7 @@ module Evix
     # Records the outcome, wakes the waiters and tells the on_finish
     # callback; true if any waited or the callback took the outcome.
     def finish(state, value, error)
+      @loop.task_ended(self)
       @state = state
       @value = value
       @error = error
