@@ -19,7 +19,7 @@ module Evix
         evloop = Evix::Loop.new
         server = start(evloop)
         stop_on_signals(evloop, server)
-        yield server if block_given?
+        yield server, evloop if block_given?
         evloop.run
         nil
       ensure

@@ -42,6 +42,7 @@ module Evix
 
     def top_level_run(cancel_timeout, &)
       scheduler = Scheduler.new(cancel_timeout: cancel_timeout)
+      scheduler.loop.on_stall_from_env # EVIX_STALL_MS: report stalls on $stderr
       Fiber.set_scheduler(scheduler)
       nursery = scheduler.nursery
       task = nursery.spawn(&)
