@@ -175,13 +175,16 @@ module Evix
     end
 
     # The loop's live tasks (spawned, or scheduled by an Evix::Scheduler, and
-    # not finished), oldest first.
+    # not finished), oldest first. Found by a walk of the Ruby heap, so that
+    # spawning a task costs no bookkeeping: a diagnostic, not for every request.
     # @return [Array<Evix::TaskInfo>]
     def tasks
       ensure_usable!
-      now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      (@task_births || {}).map do |task, born|
-        TaskInfo.new(task: task, state: task.state, waiting: waiting_of(task), age: now - born)
+      live = ObjectSpace.each_object(Task).filter_map do |task|
+        [task, task.age] if task.loop.equal?(self) && task.alive?
+      end
+      live.sort_by { |_task, age| -age }.map do |task, age|
+        TaskInfo.new(task: task, state: task.state, waiting: waiting_of(task), age: age)
       end
     end
 
@@ -194,20 +197,6 @@ module Evix
       header = "evix: #{list.size} live task#{"s" unless list.size == 1} (pid #{Process.pid})"
       io.write([header, *list.map { |info| "  #{info}" }].join("\n") << "\n")
       nil
-    end
-
-    # Task#initialize tells its loop (for #tasks).
-    # @api private
-    # @return [void]
-    def task_started(task)
-      (@task_births ||= {}.compare_by_identity)[task] = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    end
-
-    # Task#finish tells its loop.
-    # @api private
-    # @return [void]
-    def task_ended(task)
-      @task_births&.delete(task)
     end
 
     # Whether +milliseconds+ is a threshold #on_stall takes.

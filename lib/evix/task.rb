@@ -33,7 +33,7 @@ module Evix
       @waiting = [] # tokens of the fibers waiting in #wait
       @state = :pending
       @fiber = Fiber.new(blocking: false) { run(block) }
-      loop.task_started(self) # listed by Loop#tasks until it ends
+      @born = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       loop.next_tick { self.start } if start
     end
 
@@ -52,6 +52,11 @@ module Evix
     # @return [Boolean] true until the block returned, raised or was cancelled
     def alive?
       @state == :pending || @state == :running
+    end
+
+    # @return [Float] seconds since the task was created
+    def age
+      Process.clock_gettime(Process::CLOCK_MONOTONIC) - @born
     end
 
     # @return [Boolean] whether the task ended by cancellation
@@ -147,7 +152,6 @@ module Evix
     # Records the outcome, wakes the waiters and tells the on_finish
     # callback; true if any waited or the callback took the outcome.
     def finish(state, value, error)
-      @loop.task_ended(self)
       @state = state
       @value = value
       @error = error
