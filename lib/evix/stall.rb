@@ -113,6 +113,8 @@ module Evix
         # Thread#[] and #backtrace of another thread read its running fiber.
         task = loop_thread[:evix_task]
         backtrace = loop_thread.backtrace
+        # The loop moved on before this thread got the GVL (C code kept it
+        # for the whole stall): what it shows now is not the stall.
         task = backtrace = nil unless @probe.state == last
         report(StallReport.new(duration: duration, task: task, backtrace: backtrace))
       end

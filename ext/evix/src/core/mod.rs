@@ -14,7 +14,7 @@ mod slab;
 mod timers;
 mod waiters;
 
-pub use pulse::{Pulse, Stall};
+pub use pulse::Pulse;
 pub use registry::Pin;
 pub use shared::{Closed, Shared, Wake};
 pub use slab::Key;
