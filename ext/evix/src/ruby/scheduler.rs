@@ -6,10 +6,12 @@
 //! fiber parked in the hook: in the fibers benchmark one more resident page
 //! per sleeping fiber.
 //!
-//! `io_read`/`io_write` move a socket's bytes straight between the kernel
-//! and the `IO::Buffer` Ruby hands in (no String, no copy, no
-//! `read_nonblock` call); anything else (a pipe, a file, bytes in Ruby's own
-//! IO buffers) goes to the Ruby methods `io_read_other`/`io_write_other`.
+//! `io_read` moves a socket's bytes straight from the kernel into the
+//! `IO::Buffer` Ruby hands in (no String, no copy, no `read_nonblock` call);
+//! anything else (a pipe, a file, bytes in Ruby's read buffer) goes to the
+//! Ruby method `io_read_other`. `io_write` writes every IO's bytes straight
+//! from the buffer: Ruby calls it to flush its own write buffer too, and a
+//! Ruby method on the IO would flush that same buffer again from inside.
 
 use super::{
     args,
@@ -35,7 +37,6 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 static IO_READ_OTHER: LazyId = LazyId::new("io_read_other");
-static IO_WRITE_OTHER: LazyId = LazyId::new("io_write_other");
 static TIMEOUT: LazyId = LazyId::new("timeout");
 static STAT: LazyId = LazyId::new("stat");
 static IS_FILE: LazyId = LazyId::new("file?");
@@ -346,21 +347,23 @@ fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
 fn io_write(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     args::arity(ruby, args, 3, 4)?;
     let (io, buffer) = (args[0], args[1]);
-    let Some((file, length, mut offset)) = socket_call(ruby, args) else {
-        return rb_self.funcall(*IO_WRITE_OTHER, args);
-    };
+    let (file, length, mut offset) = write_call(ruby, args)?;
+    let socket = is_socket(ruby, io);
     let mut total = 0;
     loop {
-        let Some(fd) = open_fd(ruby, file, true)? else {
-            // Bytes in Ruby's write buffer go first: Ruby's own method.
-            return if total == 0 {
-                rb_self.funcall(*IO_WRITE_OTHER, args)
-            } else {
-                Ok(total.into_value_with(ruby))
-            };
+        let fd = match nogvl::hook_write_fd(ruby, file) {
+            Direct::Fd(fd) => fd,
+            Direct::Closed => return Err(closed_stream(ruby)),
+            Direct::Ruby => return Ok(negative_errno(ruby, libc::EBADF)),
         };
         let sent = nogvl::with_buffer(ruby, buffer, |bytes| {
-            bytes.get(offset..).map(|rest| stream::send(fd, rest))
+            bytes.get(offset..).map(|rest| {
+                if socket {
+                    stream::send(fd, rest)
+                } else {
+                    stream::write_nonblocking(fd, rest)
+                }
+            })
         })?
         .ok_or_else(|| offset_error(ruby))?;
         match sent {
@@ -451,14 +454,34 @@ fn closed_before_wait(ruby: &Ruby, error: Error) -> Error {
     }
 }
 
-/// The socket, length and offset of an `io_read`/`io_write` call, when the
-/// IO is a socket and both counts are plain Integers.
+/// The socket, length and offset of an `io_read` call, when the IO is a
+/// socket and both counts are plain Integers.
 fn socket_call(ruby: &Ruby, args: &[Value]) -> Option<(RFile, usize, usize)> {
-    let socket = ruby.get_inner(*BASIC_SOCKET.get()?);
-    let file = RFile::from_value(args[0]).filter(|_| args[0].is_kind_of(socket))?;
+    is_socket(ruby, args[0]).then(|| counts(args))?
+}
+
+/// The IO, length and offset of an `io_write` call: TypeError or
+/// ArgumentError for anything else.
+fn write_call(ruby: &Ruby, args: &[Value]) -> Result<(RFile, usize, usize), Error> {
+    counts(args).ok_or_else(|| {
+        Error::new(
+            ruby.exception_type_error(),
+            "io_write(io, buffer, length, offset = 0) takes an IO and two Integers >= 0",
+        )
+    })
+}
+
+fn counts(args: &[Value]) -> Option<(RFile, usize, usize)> {
+    let file = RFile::from_value(args[0])?;
     let count = |value: Value| Integer::from_value(value)?.to_usize().ok();
     let offset = args.get(3).map_or(Some(0), |value| count(*value))?;
     Some((file, count(args[2])?, offset))
+}
+
+fn is_socket(ruby: &Ruby, io: Value) -> bool {
+    BASIC_SOCKET
+        .get()
+        .is_some_and(|socket| io.is_kind_of(ruby.get_inner(*socket)))
 }
 
 /// The fd to read (or write) `file` through directly; None when Ruby's own

@@ -1,5 +1,5 @@
-//! Non-blocking reads and writes on a connected socket, whatever the fd's
-//! own O_NONBLOCK flag says.
+//! Non-blocking reads and writes: on a connected socket whatever the fd's
+//! own O_NONBLOCK flag says, on any other fd with the flag set for the call.
 
 use std::io;
 use std::os::unix::io::RawFd;
@@ -48,6 +48,33 @@ pub fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
             other => return other.map(|n| n as usize),
         }
     }
+}
+
+/// `write(2)` of what the kernel takes now from `buf` to any fd (a pipe, a
+/// file, a terminal), with O_NONBLOCK set for the call and put back as it
+/// was: the fd's description may be shared with other processes that expect
+/// it blocking. Retries on EINTR; `WouldBlock` when the kernel took nothing.
+pub fn write_nonblocking(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: F_GETFL takes no pointer.
+    let flags = syscall!(fcntl(fd, libc::F_GETFL))?;
+    let blocking = flags & libc::O_NONBLOCK == 0;
+    if blocking {
+        // SAFETY: F_SETFL with an int argument, the fd's own flags plus one.
+        syscall!(fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK))?;
+    }
+    let written = loop {
+        // SAFETY: `buf` is a valid, readable region of `buf.len()` bytes for
+        // the whole call; write only reads it.
+        match syscall!(write(fd, buf.as_ptr().cast(), buf.len())) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => break other.map(|n| n as usize),
+        }
+    };
+    if blocking {
+        // SAFETY: as above, the flags read before the call.
+        syscall!(fcntl(fd, libc::F_SETFL, flags))?;
+    }
+    written
 }
 
 /// Waits up to `ms` milliseconds for `fd` to be readable (`write`: writable)
