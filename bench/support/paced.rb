@@ -14,7 +14,6 @@ module Bench
     # growth per step, bisections, and a bound.
     SEARCH_GROWTH = 1.25
     SEARCH_BISECTIONS = 3
-    SEARCH_CAP = 1_000_000
 
     private
 
@@ -126,7 +125,7 @@ module Bench
       end
       best = nil
       rate = search_start
-      while rate <= SEARCH_CAP && kept_up?(result = measure.call(rate))
+      while rate <= search_cap && kept_up?(result = measure.call(rate))
         best = result
         rate *= SEARCH_GROWTH
       end
@@ -161,6 +160,11 @@ module Bench
 
     def search_start
       @config.rate / 2
+    end
+
+    # Past what one client core can send (the quick run stops much sooner).
+    def search_cap
+      @config.quick ? @config.rate * 4 : 1_000_000
     end
 
     # --- shared -------------------------------------------------------------------------------
