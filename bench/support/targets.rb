@@ -69,7 +69,8 @@ module Bench
       end
       ups = SchedulerWorkloads::IO_WORKLOADS.map { |name| speedup.call(name, "evix") }
       mean = ups.all? ? ups.sum / ups.size : nil
-      rows << target("I/O workloads (#{SchedulerWorkloads::IO_WORKLOADS.join(", ")}): evix's mean speed-up over threads",
+      io = SchedulerWorkloads::IO_WORKLOADS.join(", ")
+      rows << target("I/O workloads (#{io}): evix's mean speed-up over threads",
                      mean && format("%.2fx", mean), "≥ 3.00x", mean && mean >= 3)
     end
 
