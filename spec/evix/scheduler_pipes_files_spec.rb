@@ -4,12 +4,13 @@ require "spec_helper"
 require "io/nonblock"
 require "tmpdir"
 
-# io_write on IOs that are not sockets: Ruby calls the hook to flush its own
-# write buffer (a File is buffered), so the hook must write exactly the bytes
-# it is handed. Re-entering Ruby's IO methods from there (write_nonblock
-# flushes that same buffer first) raised EAGAIN on 3.1 and ArgumentError on
-# 3.3, with no byte written.
-RSpec.describe "Evix::Scheduler#io_write on files and pipes" do
+# io_read and io_write on IOs that are not sockets (pipes, files), which the
+# hooks read and write themselves with O_NONBLOCK set for the call. Writes:
+# Ruby calls the hook to flush its own write buffer (a File is buffered), so
+# the hook must write exactly the bytes it is handed; re-entering Ruby's IO
+# methods from there (write_nonblock flushes that same buffer first) raised
+# EAGAIN on 3.1 and ArgumentError on 3.3, with no byte written.
+RSpec.describe "Evix::Scheduler#io_read and #io_write on files and pipes" do
   chunk = ("x" * 1024).freeze
 
   it "lets fibers write a buffered File past its buffer, in order" do
@@ -83,5 +84,44 @@ RSpec.describe "Evix::Scheduler#io_write on files and pipes" do
       w.nonblock?
     end
     expect(result).to be(false)
+  end
+
+  it "gives IO#read_nonblock on an empty pipe :wait_readable or IO::EAGAINWaitReadable, not a wait" do
+    result = evix_run_in_child do
+      r, w = IO.pipe
+      quiet = r.read_nonblock(10, exception: false)
+      raised = capture { r.read_nonblock(10) }.first(2)
+      w.write("ok")
+      [quiet, raised, r.read_nonblock(10)]
+    end
+    expect(result).to eq([:wait_readable, [:raised, "IO::EAGAINWaitReadable"], "ok"])
+  end
+
+  it "waits in its fiber to read a blocking pipe, and leaves it blocking" do
+    result = evix_run_in_child do
+      r, w = IO.pipe
+      r.nonblock = false
+      Fiber.schedule do
+        sleep 0.02
+        w.write("late")
+        w.close
+      end
+      ticks = 0
+      Fiber.schedule { ticks += 1 while sleep(0.001) && ticks < 5 }
+      [r.read, ticks >= 5, r.nonblock?]
+    end
+    expect(result).to eq(["late", true, false])
+  end
+
+  it "reads a File through the hook, all of it" do
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "in")
+      data = Random.new(1).bytes(300_000)
+      File.binwrite(path, data)
+      result = evix_run_in_child do
+        File.open(path, "rb") { |file| [file.read(10), file.read(100_000).bytesize, file.read.bytesize] }
+      end
+      expect(result).to eq([data.byteslice(0, 10), 100_000, data.bytesize - 100_010])
+    end
   end
 end
