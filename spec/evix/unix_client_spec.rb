@@ -58,7 +58,8 @@ RSpec.describe Evix::UNIXClient do
     stale = Socket.new(:UNIX, :STREAM)
     stale.bind(Addrinfo.unix(path))
     stale.close
-    expect { in_task { described_class.connect(ev, path) } }.to raise_error(Errno::ECONNREFUSED, /#{Regexp.escape(path)}/)
+    expect { in_task { described_class.connect(ev, path) } }
+      .to raise_error(Errno::ECONNREFUSED, /#{Regexp.escape(path)}/)
   end
 
   it "waits while the server's backlog is full, letting other tasks run, and connects once there is room",
