@@ -43,6 +43,8 @@ module Evix
 
       deadline = timeout && (Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout)
       addresses = resolve_by(loop, host, port, deadline)
+      raise SocketError, "#{host}:#{port} resolved to no address" if addresses.empty?
+
       socket = Race.new(loop, interleave(addresses), "#{host}:#{port}", attempt_delay).run(deadline)
       socket.setsockopt(:TCP, :NODELAY, true)
       Evix::IO.new(loop, socket)
