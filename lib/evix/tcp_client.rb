@@ -46,8 +46,7 @@ module Evix
       raise SocketError, "#{host}:#{port} resolved to no address" if addresses.empty?
 
       socket = Race.new(loop, interleave(addresses), "#{host}:#{port}", attempt_delay).run(deadline)
-      socket.setsockopt(:TCP, :NODELAY, true)
-      Evix::IO.new(loop, socket)
+      connection(loop, socket)
     rescue TimeoutError
       raise TimeoutError, "connect to #{host}:#{port} timed out after #{timeout}s"
     end
@@ -70,6 +69,16 @@ module Evix
       lookup&.cancel
     end
 
+    # The one step between the connected socket and the caller's Evix::IO
+    # (the place a TLS wrap plugs in). Runs in the caller's task: it may wait.
+    def connection(loop, socket)
+      socket.setsockopt(:TCP, :NODELAY, true)
+      Evix::IO.new(loop, socket)
+    rescue StandardError, CancelledError
+      socket.close
+      raise
+    end
+
     # RFC 8305 §4: the families take turns, the first address's one first.
     def interleave(addresses)
       first, other = addresses.partition { |address| address.afamily == addresses.first.afamily }
@@ -83,7 +92,7 @@ module Evix
       false
     end
 
-    private_class_method :numeric?, :resolve_by, :interleave
+    private_class_method :numeric?, :resolve_by, :connection, :interleave
 
     # One connect: the attempts under way, each a non-blocking socket the
     # loop watches until it is writable (connected, or failed: SO_ERROR
