@@ -47,7 +47,7 @@ module Compat
 
   BENCH = Lane.new(name: "bench33", version: "3.3", suite: "sid", ruby: "/usr/bin/ruby",
                    packages: %w[ruby ruby-dev ruby-async ruby-io-event ruby-io-stream ruby-nio4r ruby-eventmachine
-                                ruby-timers ruby-benchmark-ips puma ruby-rack wrk],
+                                ruby-timers ruby-benchmark-ips puma ruby-rack wrk valgrind],
                    experimental: [])
 
   # The registry's copy of sid's and experimental's Release files may be
