@@ -35,7 +35,7 @@ module Evix
 
       # io_pwrite is not defined: Ruby 3.3 and 3.4 call it from inside
       # IO#pwrite's blocking region, without the GVL, where a hook that
-      # switches fibers wedges the thread (spec/evix/ruby34_spec.rb). IO#pwrite
+      # switches fibers wedges the thread (spec/evix/newer_rubies_spec.rb). IO#pwrite
       # then writes the file directly, as it does without a scheduler.
 
       # Reads go through one String per scheduler (then copied into the
@@ -45,8 +45,8 @@ module Evix
       private_constant :SCRATCH_LIMIT, :EAGAIN
 
       # The Ruby half of #io_read (called by the native hook, not by Ruby):
-      # io_read on an IO other than a socket (a pipe, a terminal, a file), or
-      # on one whose bytes Ruby's own buffer holds: reads at least +length+
+      # io_read on an IO whose bytes Ruby's own read buffer holds (an
+      # ungetc), which a read(2) would skip over: reads at least +length+
       # bytes (0: whatever is available) into +buffer+ at +offset+, waiting
       # until there are some; for IO#read_nonblock -EAGAIN instead of a wait.
       # @return [Integer] bytes read, or -errno
