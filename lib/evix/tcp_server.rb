@@ -13,14 +13,17 @@ module Evix
     attr_reader :connections
 
     # @param loop [Evix::Loop]
-    # @param host [String] address to bind ("127.0.0.1", "::1", "0.0.0.0", …)
-    # @param port [Integer] port (0 picks a free one, see #port)
+    # @param host [String, Socket] address to bind ("127.0.0.1", "::1",
+    #   "0.0.0.0", …), or a socket already listening (an Evix::Workers
+    #   worker's inherited listener), served as is and closed by #close
+    # @param port [Integer, nil] port (0 picks a free one, see #port); nil
+    #   with a listening socket
     # @param backlog [Integer] listen(2) backlog
     # @param reuse_port [Boolean] set SO_REUSEPORT (one listener per process)
     # @param idle_timeout [Numeric, nil] close connections with no input for
     #   this many seconds (finite, not negative)
     # @raise [ArgumentError] for a negative or non-finite idle_timeout
-    def initialize(loop, host, port, backlog: 1024, reuse_port: false, idle_timeout: nil, &handler)
+    def initialize(loop, host, port = nil, backlog: 1024, reuse_port: false, idle_timeout: nil, &handler)
       raise ArgumentError, "Evix::TCPServer.new requires a block" unless handler
 
       @loop = loop
@@ -108,6 +111,9 @@ module Evix
     private
 
     def listen(host, port, backlog, reuse_port)
+      return adopt(host, port) if host.is_a?(::BasicSocket)
+      raise ArgumentError, "Evix::TCPServer.new needs a port (or a listening socket in place of the host)" if port.nil?
+
       address = Addrinfo.tcp(host, port)
       socket = Socket.new(address.afamily, :STREAM)
       socket.setsockopt(:SOCKET, :REUSEADDR, true)
@@ -119,6 +125,15 @@ module Evix
     rescue StandardError
       socket&.close
       raise
+    end
+
+    # A socket someone else bound and made listen: served as it is.
+    def adopt(listener, port)
+      raise ArgumentError, "pass no port with a listening socket (got #{port.inspect})" unless port.nil?
+      raise ArgumentError, "the socket given to Evix::TCPServer.new is not listening" unless
+        listener.getsockopt(:SOCKET, :ACCEPTCONN).bool
+
+      listener
     end
 
     def accept_all
