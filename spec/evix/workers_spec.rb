@@ -113,10 +113,10 @@ class WorkersProcess
 end
 
 RSpec.describe Evix::Workers do
+  # A zombie (exited, not reaped yet by whoever adopted it) is not alive.
   def alive?(pid)
-    Process.kill(0, pid)
-    true
-  rescue Errno::ESRCH
+    File.read("/proc/#{pid}/stat").split(") ").last.split.first != "Z"
+  rescue Errno::ENOENT, Errno::ESRCH
     false
   end
 
@@ -285,6 +285,34 @@ RSpec.describe Evix::Workers do
       stop = true
       client&.join
       log.close!
+    end
+  end
+
+  it "keeps the old workers serving when the new ones of a SIGHUP die before they are ready" do
+    broken = "#{Dir.tmpdir}/evix-workers-broken-#{Process.pid}"
+    WorkersProcess.run(pid_server(2, setup: "raise 'new code is broken' if File.exist?(#{broken.inspect})")) do |parent|
+      old = parent.distinct_worker_pids(2).to_a
+      File.write(broken, "")
+      parent.signal(:HUP)
+      failures = -> { parent.stderr.scan(/failed: RuntimeError: new code is broken/).size }
+      deadline = LineSocket.now + 5
+      sleep 0.05 until failures.call >= 2 || LineSocket.now > deadline
+      expect(failures.call).to be >= 2
+      expect(parent.distinct_worker_pids(2).to_a).to match_array(old)
+      expect(parent.children).to include(*old)
+      expect(parent.stderr).not_to match(/draining worker/)
+    end
+  ensure
+    File.delete(broken) if broken && File.exist?(broken)
+  end
+
+  it "drains its workers when the parent dies, even by SIGKILL" do
+    WorkersProcess.run(pid_server(2)) do |parent|
+      workers = parent.distinct_worker_pids(2).to_a
+      Process.kill(:KILL, parent.pid)
+      deadline = LineSocket.now + 5
+      sleep 0.02 until workers.none? { |pid| alive?(pid) } || LineSocket.now > deadline
+      expect(workers.select { |pid| alive?(pid) }).to eq([])
     end
   end
 
