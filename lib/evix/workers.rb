@@ -82,10 +82,12 @@ module Evix
       raise Error, "Evix::Workers#run must be called outside Evix.run" unless Fiber.current.blocking?
 
       @parent = Process.pid
-      start_supervising
-      supervise
-    ensure
-      stop_supervising if @parent == Process.pid
+      begin
+        start_supervising
+        supervise
+      ensure
+        stop_supervising # a worker never gets here: it leaves with exit!
+      end
     end
 
     private
