@@ -20,9 +20,12 @@ module Evix
     EVERY_ADDRESS = ["::", "0.0.0.0"].freeze
 
     # @param loop [Evix::Loop]
-    # @param host [String, nil] address to bind ("127.0.0.1", "::1",
-    #   "0.0.0.0", "::", a host name); nil: every address, IPv4 and IPv6
-    # @param port [Integer] port, 0 to 65535 (0 picks a free one, see #port)
+    # @param host [String, nil, BasicSocket] address to bind ("127.0.0.1",
+    #   "::1", "0.0.0.0", "::", a host name); nil: every address, IPv4 and
+    #   IPv6; or a socket already listening (an Evix::Workers worker's
+    #   inherited listener), served as it is and closed by #close
+    # @param port [Integer, nil] port, 0 to 65535 (0 picks a free one, see
+    #   #port); nil with a listening socket
     # @param backlog [Integer] listen(2) backlog
     # @param reuse_port [Boolean] set SO_REUSEPORT (one listener per process)
     # @param idle_timeout [Numeric, nil] close connections with no input for
@@ -30,10 +33,20 @@ module Evix
     # @raise [TypeError] for a host that is not a String or nil, a port that
     #   is not an Integer
     # @raise [ArgumentError] for an empty host, a port out of range, a
-    #   negative or non-finite idle_timeout, or no block
-    def initialize(loop, host, port, backlog: 1024, reuse_port: false, idle_timeout: nil, &handler)
-      @host = TCPServer.check_host(host)
-      @port = TCPServer.check_port(port)
+    #   negative or non-finite idle_timeout, no block, a socket that is not
+    #   listening, or a port given with one
+    def initialize(loop, host, port = nil, backlog: 1024, reuse_port: false, idle_timeout: nil, &handler)
+      if host.is_a?(::BasicSocket)
+        @adopted = TCPServer.check_listening(host, port)
+      else
+        if port.nil?
+          raise ArgumentError,
+                "Evix::TCPServer.new needs a port (or a listening socket in place of the host)"
+        end
+
+        @host = TCPServer.check_host(host)
+        @port = TCPServer.check_port(port)
+      end
       @backlog = backlog
       @reuse_port = reuse_port
       super(loop, idle_timeout: idle_timeout, &handler)
@@ -62,30 +75,49 @@ module Evix
       port
     end
 
-    private
+    # @api private
+    # @return [BasicSocket] +listener+, if it listens and no port came with it
+    def self.check_listening(listener, port)
+      raise ArgumentError, "pass no port with a listening socket (got #{port.inspect})" unless port.nil?
+      raise ArgumentError, "the socket given to Evix::TCPServer.new is not listening" unless
+        listener.getsockopt(:SOCKET, :ACCEPTCONN).bool
 
-    def listen
-      return bind(Addrinfo.tcp(@host, @port)) if @host
+      listener
+    end
+
+    # A listening socket on +host+ (nil: every address, see the class
+    # comment) and +port+, both already checked.
+    # @api private
+    # @return [Socket]
+    def self.open_listener(host, port, backlog:, reuse_port: false)
+      return bind(Addrinfo.tcp(host, port), backlog, reuse_port) if host
 
       begin
-        bind(Addrinfo.tcp(EVERY_ADDRESS[0], @port))
+        bind(Addrinfo.tcp(EVERY_ADDRESS[0], port), backlog, reuse_port)
       rescue Errno::EAFNOSUPPORT, Errno::EADDRNOTAVAIL
-        bind(Addrinfo.tcp(EVERY_ADDRESS[1], @port)) # no IPv6 on this machine
+        bind(Addrinfo.tcp(EVERY_ADDRESS[1], port), backlog, reuse_port) # no IPv6 on this machine
       end
     end
 
-    def bind(address)
+    def self.bind(address, backlog, reuse_port)
       socket = Socket.new(address.afamily, :STREAM)
       socket.setsockopt(:SOCKET, :REUSEADDR, true)
-      socket.setsockopt(:SOCKET, :REUSEPORT, true) if @reuse_port
+      socket.setsockopt(:SOCKET, :REUSEPORT, true) if reuse_port
       # The IPv6 wildcard takes IPv4 too, whatever net.ipv6.bindv6only says.
       socket.setsockopt(:IPV6, :V6ONLY, false) if address.ipv6? && address.ipv6_unspecified?
       socket.bind(address)
-      socket.listen(@backlog)
+      socket.listen(backlog)
       socket
     rescue StandardError
       socket&.close
       raise
+    end
+    private_class_method :bind
+
+    private
+
+    def listen
+      @adopted || TCPServer.open_listener(@host, @port, backlog: @backlog, reuse_port: @reuse_port)
     end
 
     def connection(socket)
