@@ -39,11 +39,6 @@ module Evix
       if host.is_a?(::BasicSocket)
         @adopted = TCPServer.check_listening(host, port)
       else
-        if port.nil?
-          raise ArgumentError,
-                "Evix::TCPServer.new needs a port (or a listening socket in place of the host)"
-        end
-
         @host = TCPServer.check_host(host)
         @port = TCPServer.check_port(port)
       end
@@ -69,6 +64,7 @@ module Evix
     # @api private
     # @return [Integer] +port+, checked
     def self.check_port(port)
+      raise ArgumentError, "a port is needed (or a listening socket in place of the host)" if port.nil?
       raise TypeError, "port must be an Integer (got #{port.inspect})" unless port.is_a?(Integer)
       raise ArgumentError, "port must be between 0 and 65535 (got #{port})" unless port.between?(0, 65_535)
 
