@@ -198,6 +198,7 @@ module Evix
 
         seconds, condition = expiry_and_condition(options)
         return ErrorReply.new(seconds) if seconds.is_a?(String)
+
         exists = @data.key?(key)
         return if (condition == "NX" && exists) || (condition == "XX" && !exists) # the null reply: not set
 
