@@ -63,7 +63,7 @@ module RedisBench
     raise Harness::Failure, "redis-benchmark failed: #{out}" unless Process.last_status.success?
 
     # -q rewrites a progress line with \r; the results are "SET: 123.45 requests per second, ...".
-    rates = out.scan(/(#{TESTS.join("|")}): ([\d.]+) requests per second/o).to_h { |test, rate| [test, Float(rate)] }
+    rates = out.scan(/(#{TESTS.join("|")}): ([\d.]+) requests per second/o).to_h.transform_values { |rate| Float(rate) }
     raise Harness::Failure, "no #{TESTS.join("/")} figures in: #{out}" unless rates.keys == TESTS
 
     rates
