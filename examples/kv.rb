@@ -76,7 +76,8 @@ module Evix
       def execute(words)
         command = words.first.to_s.upcase
         arity = ARITY[command]
-        return ErrorReply.new("ERR unknown command '#{words.first}'") unless arity
+        # Echoed as Redis does: cut short, and on one line (a CR or LF would break the reply's framing).
+        return ErrorReply.new("ERR unknown command '#{words.first.to_s[0, 64].tr("\r\n", "  ")}'") unless arity
         unless arity.cover?(words.size - 1)
           return ErrorReply.new("ERR wrong number of arguments for '#{command.downcase}' command")
         end

@@ -161,6 +161,12 @@ RSpec.describe "evix kv (examples/kv.rb)" do
       expect(Array.new(8) { @client.gets }).to eq(["+OK", "$6", "bin\0", "", ":1", "$-1", "PONG", "+PONG"])
     end
 
+    it "echoes an unknown command on one line, cut short, so the reply stays one RESP error" do
+      @client.io.write("*1\r\n$8\r\nNO\r\nPING\r\n*1\r\n$100\r\n#{"y" * 100}\r\n")
+      expect(@client.gets).to eq("-ERR unknown command 'NO  PING'")
+      expect(@client.gets).to eq("-ERR unknown command '#{"y" * 64}'")
+    end
+
     it "answers a protocol error with an error reply and closes that connection only" do
       {
         "*1025\r\n" => "array: a length of 1025 is over the limit of 1024",
