@@ -68,7 +68,7 @@ module Bench
     include SchedulerWorkloads
     include Targets
 
-    WORKLOADS = %w[echo rate maxrate http idle syscalls timers fibers scheduler micro].freeze
+    WORKLOADS = %w[echo rate maxrate http idle syscalls redis timers fibers scheduler micro].freeze
     # The gems whose versions the report names; a server needing one that is
     # missing is left out.
     PEER_GEMS = %w[async io-event io-stream nio4r eventmachine timers puma].freeze

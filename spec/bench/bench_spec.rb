@@ -42,7 +42,9 @@ RSpec.describe "bench/run.rb (EVIX_BENCH_QUICK=1)" do
     ["## Echo ping-pong", "### 1 connection", "## HTTP/1.1 keep-alive hello", "idle connections",
      "## System calls per echo round trip", "one-shot timers", "concurrent fibers", "## Micro-benchmarks",
      "## Fixed rate: server CPU per round trip", "## The highest fixed rate each server keeps up with",
-     "## Fiber::Scheduler workloads", "## Targets (issue 5)"].each { |title| expect(@report).to include(title) }
+     "## Fiber::Scheduler workloads", "## redis-benchmark", "## Targets (issue 5)"].each do |title|
+      expect(@report).to include(title)
+    end
   end
 
   it "has a row for every server in the echo, HTTP, idle, fixed-rate and highest-rate tables, and none failed" do
@@ -70,6 +72,10 @@ RSpec.describe "bench/run.rb (EVIX_BENCH_QUICK=1)" do
     %w[pipes socketpairs mutex_file queue sleep].each do |workload|
       expect(@report).to match(/^\| #{workload}: [^|]+(\| [\d.]+ ){3}\|/)
     end
+  end
+
+  it "has the redis-benchmark rows for SET and GET, with a ratio" do
+    %w[SET GET].each { |test| expect(@report).to match(/^\| #{test} \| \d+ \| \d+ \| [\d.]+ \|$/) }
   end
 
   it "has the timer, fiber and micro-benchmark rows" do
