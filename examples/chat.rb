@@ -11,18 +11,30 @@ module Evix
     #
     # Nobody writes to a socket from another client's fiber: each member has
     # an outbox (a queue and a writer task), so a slow reader only delays
-    # itself, never the room.
+    # itself, never the room. An outbox holds at most +max_outbox+ bytes (the
+    # kernel's socket buffer comes on top): a member whose outbox would grow
+    # past that is disconnected at once, with one line on stderr and a notice
+    # to the room, so a client that never reads cannot make the server's
+    # memory grow without bound. A burst bigger than the outbox therefore
+    # disconnects even a client that reads, if it cannot keep up.
     class Chat
       include Runner
 
       DEFAULT_WELCOME = "Welcome to the evix chat! Type /nick NAME to choose a name."
       NAME = /\A\S{1,32}\z/
       MAX_LINE = 4096 # bytes; a longer line arrives in pieces, so memory per client stays bounded
+      MAX_OUTBOX = 1024 * 1024 # bytes waiting to be sent to one member
 
-      def initialize(host: "127.0.0.1", port: 7001, idle: 60, welcome: "welcome.txt")
+      # @raise [ArgumentError] unless max_outbox is a positive Integer
+      def initialize(host: "127.0.0.1", port: 7001, idle: 60, welcome: "welcome.txt", max_outbox: MAX_OUTBOX)
+        unless max_outbox.is_a?(Integer) && max_outbox.positive?
+          raise ArgumentError, "max_outbox must be a positive Integer number of bytes (got #{max_outbox.inspect})"
+        end
+
         @host = host
         @port = port
         @idle = idle
+        @max_outbox = max_outbox
         @welcome_path = welcome
         @welcome = DEFAULT_WELCOME
         @members = {} # name => Member
@@ -63,13 +75,19 @@ module Evix
         member.say("* you were idle for #{format("%g", @idle)}s, bye")
         leave(member, "was kicked (idle for #{format("%g", @idle)}s)")
       rescue Evix::ClosedError, SystemCallError
-        leave(member, "left")
+        if member&.overflowed?
+          warn "evix chat: disconnected #{member.name}: more than #{@max_outbox} bytes waiting to be sent " \
+               "(it does not read)"
+          leave(member, "was disconnected (it did not read)")
+        else
+          leave(member, "left")
+        end
       ensure
         member&.finish # the connection closes once this member's queue is written
       end
 
       def join(client)
-        member = Member.new(@loop, client, guest_name)
+        member = Member.new(@loop, client, guest_name, @max_outbox)
         member.say(@welcome) unless @welcome.empty?
         member.say("* you are #{member.name}")
         broadcast("* #{member.name} joined")
@@ -122,28 +140,41 @@ module Evix
       # One client's outgoing side: an Array of lines and a writer task that
       # sleeps in Loop#suspend while the Array is empty. `say` never blocks; it
       # wakes the writer through loop.next_tick. A client that takes no data
-      # for WRITE_TIMEOUT seconds, or is gone, is disconnected.
+      # for WRITE_TIMEOUT seconds, or is gone, is disconnected; so is one
+      # whose unwritten lines would pass max_outbox bytes.
       class Member
         WRITE_TIMEOUT = 30
 
         attr_accessor :name
 
-        def initialize(evloop, client, name)
+        def initialize(evloop, client, name, max_outbox)
           @loop = evloop
           @client = client
           @name = name
+          @max_outbox = max_outbox
           @queue = []
+          @queued = 0 # bytes said and not yet written, in @queue or in the writer's hands
+          @overflowed = false
           @finishing = false
           @sleeping = nil # the writer's fiber while it waits for lines
           @writer = evloop.spawn { write_queued }
         end
 
-        # Queues a line for this client.
+        # Queues a line for this client; disconnects it if its outbox overflows.
         def say(line)
           return if @finishing
 
-          @queue << "#{line}\n"
+          text = "#{line}\n"
+          @queued += text.bytesize
+          return overflow if @queued > @max_outbox
+
+          @queue << text
           wake
+        end
+
+        # Whether it was disconnected for an outbox over the limit.
+        def overflowed?
+          @overflowed
         end
 
         # Waits until every queued line is written (or the client is gone).
@@ -157,14 +188,31 @@ module Evix
 
         def write_queued
           loop do
-            @client.write(@queue.shift, timeout: WRITE_TIMEOUT) until @queue.empty?
+            until @queue.empty?
+              # Everything queued in one write: fewer system calls for a busy room.
+              text = @queue.join
+              @queue.clear
+              @client.write(text, timeout: WRITE_TIMEOUT)
+              @queued -= text.bytesize
+            end
             break if @finishing
 
             @loop.suspend { |token| @sleeping = token }
           end
         rescue Evix::ClosedError, Evix::TimeoutError, SystemCallError
-          # Gone or stuck: drop what it will never read. Closing wakes the
-          # connection's reader with Evix::ClosedError, so it leaves the room.
+          drop
+        end
+
+        # Stops taking lines and closes the connection: the writer and the
+        # connection's reader (in Chat#serve) wake with Evix::ClosedError.
+        def overflow
+          @overflowed = true
+          drop
+        end
+
+        # Gone or stuck: drop what it will never read. Closing wakes the
+        # connection's reader with Evix::ClosedError, so it leaves the room.
+        def drop
           @finishing = true
           @queue.clear
           @client.close

@@ -25,6 +25,25 @@ module Bench
       child&.cleanup
     end
 
+    # --- redis-benchmark -----------------------------------------------------------------
+
+    # bench/redis.rb in a child process: exe/evix kv beside Debian's redis-server.
+    def redis_section
+      requests = @config.quick ? 2_000 : 100_000
+      script = File.join(Harness::ROOT, "bench", "redis.rb")
+      env = Harness.child_env.merge("EVIX_BENCH_ROUNDS" => @config.rounds.to_s)
+      result = attempt("redis") do
+        table = IO.popen(env, [RbConfig.ruby, script, requests.to_s], err: %i[child out], &:read)
+        raise Harness::Failure, table.lines.last(3).join(" ") unless Process.last_status.success?
+
+        { "table" => table.strip }
+      end
+      @results[:redis] = result
+      "## redis-benchmark: `exe/evix kv` against redis-server\n\nThe kv example (examples/kv.rb, RESP on " \
+        "Evix::TCPServer) and Debian's redis-server (C, its own event loop) under `redis-benchmark`, the " \
+        "servers taking turns.\n\n#{result["error"] ? "Failed: #{result["error"]}" : result["table"]}"
+    end
+
     # --- timers -----------------------------------------------------------------------------
 
     def timers_section

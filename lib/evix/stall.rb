@@ -165,15 +165,23 @@ module Evix
     # @return [Evix::StallWatch, nil]
     # @raise [ArgumentError] if EVIX_STALL_MS is not a valid threshold
     def on_stall_from_env
+      milliseconds = Loop.stall_ms_from_env
+      milliseconds && on_stall(milliseconds) { |report| warn(report.to_s) }
+    end
+
+    # The threshold in ENV["EVIX_STALL_MS"], in milliseconds; nil when it is
+    # unset or empty.
+    # @return [Float, nil]
+    # @raise [ArgumentError] if it is not a valid threshold
+    def self.stall_ms_from_env
       value = ENV.fetch("EVIX_STALL_MS", "").strip
       return nil if value.empty?
 
       milliseconds = Float(value, exception: false)
-      unless milliseconds && Loop.stall_ms?(milliseconds)
-        raise ArgumentError, "EVIX_STALL_MS must be a positive number of milliseconds, at most #{MAX_STALL_MS} " \
-                             "(got #{value.inspect})"
-      end
-      on_stall(milliseconds) { |report| warn(report.to_s) }
+      return milliseconds if milliseconds && stall_ms?(milliseconds)
+
+      raise ArgumentError, "EVIX_STALL_MS must be a positive number of milliseconds, at most #{MAX_STALL_MS} " \
+                           "(got #{value.inspect})"
     end
 
     # The loop's live tasks (spawned, or scheduled by an Evix::Scheduler, and

@@ -3,15 +3,16 @@
 require "spec_helper"
 require "tmpdir"
 require_relative "support/example_process"
+require_relative "../../examples/chat"
 
 RSpec.describe "evix chat (examples/chat.rb)" do
   let(:default_welcome) { "Welcome to the evix chat! Type /nick NAME to choose a name." }
 
   # Runs `evix chat` in a fresh directory (so ./welcome.txt is under the spec's control).
-  def with_chat(*args, welcome: nil)
+  def with_chat(*args, welcome: nil, env: {})
     Dir.mktmpdir("evix-chat-") do |dir|
       File.write(File.join(dir, "welcome.txt"), welcome) if welcome
-      ExampleProcess.run("chat", *args, chdir: dir) { |server| yield server, dir }
+      ExampleProcess.run("chat", *args, chdir: dir, env: env) { |server| yield server, dir }
     end
   end
 
@@ -179,7 +180,7 @@ RSpec.describe "evix chat (examples/chat.rb)" do
   end
 
   it "does not let a client that never reads hold up the others" do
-    with_chat do |server|
+    with_chat("--max-outbox", "16000000") do |server| # room for the whole flood: see the next example for less
       sender, = join(server)
       slow, = join(server, rcvbuf: 4096)
       fast, = join(server)
@@ -197,8 +198,57 @@ RSpec.describe "evix chat (examples/chat.rb)" do
     end
   end
 
+  # Resident memory of a process, in bytes.
+  def rss(pid)
+    Integer(File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+) kB/, 1]) * 1024
+  end
+
+  # Ruby's GC lets up to 32 MiB of garbage strings pile up between two runs
+  # by default; a low malloc limit makes RSS show what the server holds.
+  let(:tight_gc) do
+    %w[RUBY_GC_MALLOC_LIMIT RUBY_GC_MALLOC_LIMIT_MAX RUBY_GC_OLDMALLOC_LIMIT RUBY_GC_OLDMALLOC_LIMIT_MAX]
+      .to_h { |name| [name, "4000000"] }
+  end
+
+  it "disconnects a member whose outbox goes over --max-outbox; memory stays bounded and the room goes on" do
+    with_chat(env: tight_gc) do |server| # the default outbox: 1 MiB
+      sender, = join(server)
+      slow, = join(server, rcvbuf: 4096)
+      expect(sender.gets).to eq("* guest2 joined")
+      before = rss(server.pid)
+
+      # 32 MB for a member that never reads: 8000 lines of 4000 bytes.
+      line = "#{"x" * 3999}\n"
+      writer = Thread.new { 8000.times { sender.io.write(line) } }
+      expect(sender.gets(timeout: 8)).to eq("* guest2 was disconnected (it did not read)")
+      writer.join
+      sender.puts("/done") # answered only once every line before it went through the room
+      expect(sender.gets(timeout: 8)).to eq("* unknown command /done (try /nick NAME)")
+      grown = rss(server.pid) - before
+      expect(grown).to be < 16 * 1024 * 1024, "the server grew by #{grown / 1024} KiB"
+
+      log = server.stderr.lines(chomp: true).grep_v(/keeping the current welcome text/) # no welcome.txt here
+      expect(log).to eq(["evix chat: disconnected guest2: more than 1048576 bytes waiting to be sent " \
+                         "(it does not read)"])
+      expect(slow.lines_until_eof(timeout: 5).last).to start_with("guest1: xxx") # what it had, then the end
+
+      carol, = join(server)
+      expect(sender.gets).to eq("* guest3 joined")
+      sender.puts("still here")
+      expect(carol.gets).to eq("guest1: still here")
+    ensure
+      writer&.kill
+    end
+  end
+
+  it "refuses a max_outbox that is not a positive Integer, at the call" do
+    expect { Evix::Examples::Chat.new(max_outbox: 0) }.to raise_error(ArgumentError, /max_outbox must be a positive/)
+    expect { Evix::Examples::Chat.new(max_outbox: 1.5) }.to raise_error(ArgumentError, /got 1.5/)
+    expect { Evix::Examples::Chat.new(max_outbox: "1") }.to raise_error(ArgumentError)
+  end
+
   it "drains on SIGTERM: exits 0 after every queued line reached a connected client" do
-    with_chat do |server|
+    with_chat("--max-outbox", "16000000") do |server|
       sender, = join(server)
       slow, = join(server, rcvbuf: 4096)
       expect(sender.gets).to eq("* guest2 joined")

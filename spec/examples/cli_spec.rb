@@ -20,16 +20,46 @@ RSpec.describe "exe/evix" do
     out, _err, status = evix("chat", "--help")
     expect(status.exitstatus).to eq(0)
     expect(out).to include("--port N").and include("--host HOST").and include("--idle SECONDS")
-      .and include("--welcome PATH")
+      .and include("--welcome PATH").and include("--max-outbox BYTES")
   end
 
-  it "exits 2 with a message for an unknown command, a missing command or a bad option" do
-    [%w[frobnicate], [], %w[echo --port nope], %w[kv --port 70000], %w[chat --idle 0], %w[echo stray]].each do |args|
-      _out, err, status = evix(*args)
-      expect(status.exitstatus).to eq(2), "evix #{args.join(" ")}: #{status.inspect}"
-      expect(err).to start_with("evix: ")
+  # bench --help used to run the whole benchmark suite. A command that did
+  # run would print "listening" (servers) or take minutes (bench): the deadline
+  # of this spec and the exact output rule both out.
+  %w[echo chat kv bench].product(%w[--help -h]).each do |command, flag|
+    it "answers evix #{command} #{flag} with its usage and exits 0 without running" do
+      out, err, status = evix(command, flag)
+      expect(status.exitstatus).to eq(0)
+      expect(out).to start_with("Usage: evix #{command} [options]").and include("-h, --help")
+      expect(out).not_to include("listening")
+      expect(err).to be_empty
     end
   end
+
+  it "lists bench's options, each the environment variable bench/run.rb reads" do
+    out, = evix("bench", "--help")
+    expect(out).to include("--quick").and include("--only LIST").and include("--servers LIST").and include("--out PATH")
+  end
+
+  it "exits 2 with a message for an unknown command or a missing one, and the usage on stderr" do
+    [%w[frobnicate], []].each do |args|
+      out, err, status = evix(*args)
+      expect(status.exitstatus).to eq(2), "evix #{args.join(" ")}: #{status.inspect}"
+      expect(err).to start_with("evix: ").and include("Usage: evix COMMAND")
+      expect(out).to be_empty
+    end
+  end
+
+  [%w[echo --port nope], %w[kv --port 70000], %w[chat --idle 0], %w[chat --max-outbox 0],
+   %w[chat --max-outbox lots], %w[echo stray], %w[kv --frobnicate], %w[bench --frobnicate], %w[bench extra]]
+    .each do |command, *args|
+      it "exits 2 for evix #{command} #{args.join(" ")}, with the command's usage on stderr and nothing run" do
+        out, err, status = evix(command, *args)
+        expect(status.exitstatus).to eq(2), status.inspect
+        expect(err).to start_with("evix: ").and include("Usage: evix #{command} [options]")
+        expect(out).to be_empty
+      end
+    end
 
   it "exits 1 with a message when the port is taken" do
     ExampleProcess.run("kv") do |server|

@@ -12,11 +12,12 @@ class ExampleProcess
 
   attr_reader :pid, :port, :banner
 
-  # Starts the child and waits for its "listening on" line.
-  def initialize(name, *args, chdir: ROOT, ready_timeout: 10)
+  # Starts the child (with +env+ added to its environment) and waits for its
+  # "listening on" line.
+  def initialize(name, *args, chdir: ROOT, env: {}, ready_timeout: 10)
     @stderr = Tempfile.new(["evix-#{name}", ".err"])
     @stdout, child_stdout = IO.pipe
-    @pid = Process.spawn(RbConfig.ruby, "-I", File.join(ROOT, "lib"), EXE, name, "--port", "0", *args,
+    @pid = Process.spawn(env, RbConfig.ruby, "-I", File.join(ROOT, "lib"), EXE, name, "--port", "0", *args,
                          in: File::NULL, out: child_stdout, err: @stderr.path, chdir: chdir)
     child_stdout.close
     @clients = []
