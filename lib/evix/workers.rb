@@ -30,7 +30,7 @@ module Evix
     # A worker that lived this many seconds did not die young.
     STABLE_AFTER = 5.0
     # The signals the parent handles while #run runs.
-    SIGNALS = %i[TERM INT HUP CHLD].freeze
+    SIGNALS = %i[TERM INT HUP QUIT CHLD].freeze
 
     # A forked worker, as the parent sees it. +replaces+: the pid it takes
     # over from once ready (rolling restart); +retire_at+: when it is
@@ -72,7 +72,7 @@ module Evix
     end
 
     # Forks the workers and supervises them until SIGTERM or SIGINT has
-    # drained them all. Blocks; owns the process's TERM, INT, HUP and CHLD
+    # drained them all. Blocks; owns the process's TERM, INT, HUP, QUIT and CHLD
     # traps meanwhile (they are restored after). Runs once, outside Evix.run.
     # @return [Boolean] true if every worker finished its drain in time and
     #   exited 0; false if one had to be killed at the deadline or failed
@@ -144,6 +144,7 @@ module Evix
         case Signal.signame(signo)
         when "TERM", "INT" then drain
         when "HUP" then @generation += 1 unless @draining
+        when "QUIT" then @workers.each_value { |worker| signal(worker, :QUIT) } # each prints its tasks
         end
       end
     end

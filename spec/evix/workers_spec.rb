@@ -407,6 +407,26 @@ RSpec.describe Evix::Workers do
       end
     end
 
+    it "forwards SIGQUIT to every worker, which prints its tasks, and goes on serving" do
+      ExampleProcess.run("echo", "--workers", "2") do |server|
+        client = server.connect
+        client.puts("before")
+        expect(client.gets).to eq("before")
+        # The banner comes before the workers are ready; one that is not yet
+        # has the parent's trap and ignores QUIT: ask again until both answered.
+        printed = -> { server.stderr.scan(/live tasks? \(pid (\d+)\)/).flatten.uniq }
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 5
+        until printed.call.size >= 2 || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          server.signal(:QUIT)
+          sleep 0.2
+        end
+        expect(printed.call.size).to eq(2)
+        client.puts("after")
+        expect(client.gets).to eq("after")
+        expect(alive?(server.pid)).to be(true)
+      end
+    end
+
     it "rejects --workers 0" do
       out, err, status = Open3.capture3(RbConfig.ruby, "-I", WorkersProcess::LIB, ExampleProcess::EXE,
                                         "echo", "--workers", "0")
