@@ -47,6 +47,7 @@ require_relative "evix/loop"
 require_relative "evix/io_patches"
 require_relative "evix/tcp_server"
 require_relative "evix/tcp_client"
+Evix.autoload :TLS, File.expand_path("evix/tls", __dir__) # loads openssl: only when TLS is used
 require_relative "evix/offload"
 require_relative "evix/scheduler"
 require_relative "evix/run"

@@ -19,13 +19,21 @@ module Evix
     # @param reuse_port [Boolean] set SO_REUSEPORT (one listener per process)
     # @param idle_timeout [Numeric, nil] close connections with no input for
     #   this many seconds (finite, not negative)
+    # @param ssl_context [OpenSSL::SSL::SSLContext, nil] serve TLS with this
+    #   context (set up, and so frozen, here); the block gets each connection
+    #   after its handshake, which fails to #on_error like any handler
+    # @param handshake_timeout [Numeric, nil] seconds a TLS handshake may take
+    #   (default Evix::TLS::HANDSHAKE_TIMEOUT)
     # @raise [ArgumentError] for a negative or non-finite idle_timeout
-    def initialize(loop, host, port, backlog: 1024, reuse_port: false, idle_timeout: nil, &handler)
+    # @raise [TypeError] for an ssl_context that is not an SSLContext
+    def initialize(loop, host, port, backlog: 1024, reuse_port: false, idle_timeout: nil,
+                   ssl_context: nil, handshake_timeout: nil, &handler)
       raise ArgumentError, "Evix::TCPServer.new requires a block" unless handler
 
       @loop = loop
       @handler = handler
       @idle_timeout = idle_timeout && TCPServer.seconds(idle_timeout, "idle_timeout")
+      @tls = TLS::Acceptor.new(ssl_context, handshake_timeout) if ssl_context || handshake_timeout
       @clients = {}
       @connections = 0
       @on_error = method(:report)
@@ -153,13 +161,14 @@ module Evix
 
     def start(socket)
       socket.setsockopt(:TCP, :NODELAY, true) if socket.local_address.ip?
-      client = Evix::IO.new(@loop, socket)
+      client = Evix::IO.new(@loop, @tls ? @tls.wrap(socket) : socket)
       @clients[client] = @loop.spawn { serve(client) }
       @connections += 1
     end
 
     def serve(client)
       idle = watch_idle(client)
+      @tls&.handshake(client)
       @handler.call(client)
     rescue CancelledError
       raise # #shutdown's deadline (or the user) cancelled the handler: not its error
