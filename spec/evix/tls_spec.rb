@@ -302,6 +302,51 @@ RSpec.describe "TLS: Evix::TCPServer and Evix::TCPClient with ssl_context:" do
     end
   end
 
+  describe "writers of one TLS connection" do
+    # A connected pair of TLS Evix::IOs over a UNIX socket pair (client,
+    # server) with small kernel buffers: writes soon have to wait.
+    def tls_pair(evloop)
+      a, b = UNIXSocket.pair
+      a.setsockopt(:SOCKET, :RCVBUF, 4096)
+      b.setsockopt(:SOCKET, :SNDBUF, 4096)
+      server = Evix::IO.new(evloop, OpenSSL::SSL::SSLSocket.new(a, certs.server_context))
+      client = Evix::IO.new(evloop, OpenSSL::SSL::SSLSocket.new(b, certs.client_context))
+      accepting = Fiber.schedule { server.accept_tls(timeout: 5) }
+      client.connect_tls(timeout: 5)
+      evloop.sleep(0.001) while accepting.alive?
+      [client, server]
+    end
+
+    Evix.backends.each do |backend|
+      it "take turns on #{backend}: three fibers' writes each arrive whole, none lost or doubled" do
+        result = in_tls_run(backend) do |ev|
+          client, server = tls_pair(ev)
+          size = 64 * 1024
+          writers = %w[a b c].map { |letter| Fiber.schedule { client.write(letter * size) } }
+          received = +""
+          received << server.read(1000, timeout: 5) while received.bytesize < 3 * size # a slow reader
+          ev.sleep(0.001) while writers.any?(&:alive?)
+          client.close
+          server.close
+          received.scan(/a+|b+|c+/).map { |run| [run[0], run.size] } # the runs of one byte
+        end
+        expect(result.map(&:last)).to eq([65_536] * 3)
+        expect(result.map(&:first).sort).to eq(%w[a b c])
+      end
+
+      it "closes the connection on #{backend} when a write that OpenSSL must be handed again times out" do
+        result = in_tls_run(backend) do |ev|
+          client, server = tls_pair(ev)
+          timed_out = outcome_of { client.write("x" * (4 * 1024 * 1024), timeout: 0.05) } # nobody reads
+          closed = client.closed?
+          server.close
+          [timed_out, closed]
+        end
+        expect(result).to match([["Evix::TimeoutError", /timed out/], true])
+      end
+    end
+  end
+
   describe "bad arguments" do
     let(:ev) { new_loop }
 
