@@ -4,6 +4,7 @@ require "spec_helper"
 require "digest"
 require "net/http"
 require "open3"
+require_relative "../examples/support/example_process"
 
 # TLS over loopback with certificates the specs make (spec/support/tls_certs.rb).
 # Every example that serves runs inside Evix.run in a forked child with a
@@ -421,6 +422,41 @@ RSpec.describe "TLS: Evix::TCPServer and Evix::TCPClient with ssl_context:" do
     RUBY
     expect(run.success?).to be(true), run.err
     expect(lines(run)).to eq(["not loaded", "not loaded", "loaded"])
+  end
+
+  describe "exe/evix echo --tls-cert FILE --tls-key FILE" do
+    def evix(*args)
+      Open3.capture3(RbConfig.ruby, "-I", File.join(ExampleProcess::ROOT, "lib"), ExampleProcess::EXE, *args)
+    end
+
+    it "serves openssl s_client over TLS and ends its session on SIGTERM" do
+      certs.with_pem_files do |dir|
+        ExampleProcess.run("echo", "--tls-cert", File.join(dir, "server.pem"),
+                           "--tls-key", File.join(dir, "server.key")) do |server|
+          command = ["openssl", "s_client", "-connect", "127.0.0.1:#{server.port}", "-quiet",
+                     "-CAfile", File.join(dir, "ca.pem"), "-verify_return_error"]
+          Open3.popen3(*command) do |stdin, stdout, stderr, process|
+            stdin.write("over tls\n")
+            stdin.close
+            expect(stdout.gets).to eq("over tls\n")
+            server.signal(:TERM) # drains: close_notify, and s_client exits by itself
+            expect(server.wait.exitstatus).to eq(0)
+            expect(process.value.exitstatus).to eq(0), stderr.read
+          end
+        end
+      end
+    end
+
+    it "exits 2 for one file without the other, and 1 with a message for a key that does not fit" do
+      certs.with_pem_files do |dir|
+        _out, err, status = evix("echo", "--tls-cert", File.join(dir, "server.pem"))
+        expect([status.exitstatus, err]).to match([2, /--tls-cert and --tls-key go together/])
+        File.write(File.join(dir, "other.key"), OpenSSL::PKey::EC.generate("prime256v1").private_to_pem)
+        _out, err, status = evix("echo", "--port", "0", "--tls-cert", File.join(dir, "server.pem"),
+                                 "--tls-key", File.join(dir, "other.key"))
+        expect([status.exitstatus, err]).to match([1, /\Aevix echo: TLS: public key mismatch/])
+      end
+    end
   end
 
   describe "stdlib OpenSSL under Evix.run (the scheduler's hooks)" do
