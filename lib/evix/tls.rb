@@ -156,7 +156,10 @@ module Evix
       rescue Errno::ECONNRESET, Errno::EPIPE
         nil
       rescue OpenSSL::SSL::SSLError => e
+        # OpenSSL 3 reports a close without close_notify as this error.
         raise unless e.message.include?("unexpected eof")
+
+        nil
       rescue ::IOError
         raise ClosedError, "IO is closed" if @io.closed?
 
@@ -180,7 +183,7 @@ module Evix
             data = data.byteslice(written, data.bytesize - written)
           else
             retrying = true
-            wait_for(written, timeout)
+            wait_to_write_record(written, timeout)
           end
         end
       rescue ::IOError
@@ -192,9 +195,17 @@ module Evix
       end
 
       # Waits in the direction OpenSSL asked for (:wait_readable or
-      # :wait_writable).
+      # :wait_writable), as a reader: #close_read ends a wait to read.
       def wait_for(state, timeout)
         wait(state == :wait_writable ? WRITE : READ, timeout)
+      end
+
+      # The same for a writer, whose wait to read #close_read must not end:
+      # the write would try again at once, and again, until input came.
+      def wait_to_write_record(state, timeout)
+        return wait(WRITE, timeout) if state == :wait_writable
+
+        @loop.wait_io(@io, READ, timeout) or finish_wait(timeout)
       end
     end
 

@@ -102,6 +102,27 @@ RSpec.describe "TLS: Evix::TCPServer and Evix::TCPClient with ssl_context:" do
         expect(result).to eq(["bye\n", ["EOFError", "end of file reached"]])
       end
 
+      it "takes a peer that closes its socket without close_notify as end of file, not an error" do
+        result = in_tls_run(backend) do |ev|
+          ended = []
+          server = Evix::TCPServer.new(ev, "127.0.0.1", 0, ssl_context: certs.server_context) do |client|
+            client.write("ok #{client.gets}")
+            ended << client.read
+          end
+          server.on_error { |error, _client| ended << [error.class.name, error.message] }
+          tcp = TCPSocket.new("127.0.0.1", server.port)
+          ssl = OpenSSL::SSL::SSLSocket.new(tcp, certs.client_context)
+          ssl.connect
+          ssl.write("x\n")
+          answer = ssl.gets # reads the session tickets too: nothing is left unread
+          tcp.close # no close_notify
+          ev.sleep(0.01) until ended.size == 1
+          server.shutdown(timeout: 1)
+          [answer, ended]
+        end
+        expect(result).to eq(["ok x\n", [nil]])
+      end
+
       it "connects by name and by address: the certificate names localhost and 127.0.0.1" do
         result = in_tls_run(backend) do |ev|
           server = tls_echo_server(ev, errors = [])
