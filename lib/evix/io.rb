@@ -49,8 +49,9 @@ module Evix
       @loop = loop
       @io = io.to_io
       # Over an SSLSocket OpenSSL moves the bytes and @io, its TCP socket, is
-      # waited on (lib/evix/tls.rb).
-      if defined?(::OpenSSL::SSL::SSLSocket) && io.is_a?(::OpenSSL::SSL::SSLSocket)
+      # waited on (lib/evix/tls.rb). An ::IO is none: no look-up of OpenSSL,
+      # which would load it where net/http left an autoload for it.
+      if !io.is_a?(::IO) && defined?(::OpenSSL::SSL::SSLSocket) && io.is_a?(::OpenSSL::SSL::SSLSocket)
         @ssl_socket = io
         extend TLS::Stream
       end

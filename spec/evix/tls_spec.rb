@@ -3,6 +3,7 @@
 require "spec_helper"
 require "digest"
 require "net/http"
+require "openssl"
 require "open3"
 require_relative "../examples/support/example_process"
 
@@ -433,13 +434,18 @@ RSpec.describe "TLS: Evix::TCPServer and Evix::TCPClient with ssl_context:" do
     end
   end
 
-  it "leaves openssl unloaded by require \"evix\" until TLS is used" do
+  it "leaves openssl unloaded by require \"evix\", plain servers and IOs (even beside net/http's autoload)" do
     run = run_ruby(<<~RUBY)
-      before = defined?(OpenSSL) ? "loaded" : "not loaded"
-      Evix::TCPServer.new(Evix::Loop.new, "127.0.0.1", 0) {}.close
-      after_plain = defined?(OpenSSL) ? "loaded" : "not loaded"
+      require "net/http" # autoload :OpenSSL, "openssl"
+      loaded = -> { $LOADED_FEATURES.grep(%r{/openssl\\.so\\z}).empty? ? "not loaded" : "loaded" }
+      before = loaded.call
+      evloop = Evix::Loop.new
+      Evix::TCPServer.new(evloop, "127.0.0.1", 0) {}.close
+      a, b = UNIXSocket.pair
+      evloop.wrap(a).close
+      after_plain = loaded.call
       Evix::TLS
-      puts before, after_plain, defined?(OpenSSL) ? "loaded" : "not loaded"
+      puts before, after_plain, loaded.call
     RUBY
     expect(run.success?).to be(true), run.err
     expect(lines(run)).to eq(["not loaded", "not loaded", "loaded"])

@@ -1,12 +1,12 @@
 # frozen_string_literal: true
 
-require "openssl"
 require "tmpdir"
 
 # Certificates the TLS specs make themselves: a CA that signs a server
 # certificate for localhost, 127.0.0.1 and ::1, and a second CA that signs
 # nothing the servers use (so a client that trusts only it must fail).
 # EC P-256 keys: made in milliseconds, and every TLS stack takes them.
+# openssl is required on first use, not by spec_helper for every spec file.
 module EvixTLSCerts
   # What the specs need: made once per process (forked children share it).
   PKI = Struct.new(:ca_cert, :server_cert, :server_key, :other_ca_cert, keyword_init: true)
@@ -15,6 +15,7 @@ module EvixTLSCerts
 
   def pki
     @pki ||= begin
+      require "openssl"
       ca_cert, ca_key = certificate_authority("evix test CA")
       server_cert, server_key = server_certificate(ca_cert, ca_key)
       PKI.new(ca_cert: ca_cert, server_cert: server_cert, server_key: server_key,
