@@ -24,7 +24,7 @@ module Instructions
   module_function
 
   def run(workload, server, connections, small, large)
-    Harness.build_loadgen!
+    Harness.build_loadgen! unless ENV["EVIX_BENCH_PREBUILT"] == "1"
     samples = [small, large].map { |load| send(workload, server, connections, load) }
     (small_ir, small_served), (large_ir, large_served) = samples
     per_unit = (large_ir - small_ir).fdiv(large_served - small_served)

@@ -2,34 +2,53 @@
 
 require_relative "evix_build"
 
-# More Rubies for CI, each in a Debian chroot built once into a cache outside
-# the checkout: Ruby 3.3 from Debian 13 (trixie), Ruby 3.4 from Debian
-# experimental on a sid base. The host's ~/.cargo and ~/.rustup and the
-# checkout are bind-mounted; the extension is built into lib/evix/<x.y>/ so
-# the host's build is left alone (lib/evix.rb loads that one first).
+# More Rubies, each in a Debian chroot built once into a cache outside the
+# checkout: for the suite, Ruby 3.3 from Debian 13 (trixie) and Ruby 3.4 from
+# Debian experimental on a sid base; for the benchmark, sid's Ruby 3.3 with
+# today's peers (async 2, io-event, nio4r, puma), in that same sid chroot. The
+# host's ~/.cargo and ~/.rustup and the checkout are bind-mounted; the
+# extension is built into lib/evix/<x.y>/ so the host's build is left alone
+# (lib/evix.rb loads that one first).
 module Compat
-  # A Ruby lane: +suite+ is debootstrapped; +experimental+ adds Debian
-  # experimental to its sources and installs +ruby_packages+ from there.
-  Lane = Struct.new(:version, :suite, :ruby, :ruby_packages, :experimental, keyword_init: true) do
-    # strace: a scheduler spec counts the reads a child process makes; openssl, curl and
-    # redis-tools: the server kit's specs use them as real clients.
-    def packages
-      ruby_packages + %w[ruby-rspec libclang-dev build-essential strace openssl curl redis-tools]
+  # A lane: +suite+ is debootstrapped (sid with Debian experimental in its
+  # sources); +packages+ come from the suite, +experimental+ ones from
+  # experimental. Lanes on one suite share its chroot.
+  # strace: a scheduler spec counts the reads a child process makes; openssl, curl and
+  # redis-tools: the server kit's specs use them as real clients.
+  COMMON_PACKAGES = %w[ruby-rspec libclang-dev build-essential strace openssl curl redis-tools].freeze
+
+  Lane = Struct.new(:name, :version, :suite, :ruby, :packages, :experimental, keyword_init: true) do
+    def all_packages
+      packages + experimental + COMMON_PACKAGES
     end
 
-    # EVIX_COMPAT_ROOT_33, EVIX_COMPAT_ROOT_34 move a lane's cache.
+    def sid?
+      suite == "sid"
+    end
+
+    # EVIX_COMPAT_ROOT_TRIXIE, EVIX_COMPAT_ROOT_SID move a chroot's cache.
     def root
-      name = experimental ? "debian-#{suite}-experimental" : "debian-#{suite}"
-      ENV.fetch("EVIX_COMPAT_ROOT_#{version.delete(".")}", File.join(Dir.home, ".cache", "evix", name))
+      dir = sid? ? "debian-sid-experimental" : "debian-#{suite}"
+      ENV.fetch("EVIX_COMPAT_ROOT_#{suite.upcase}", File.join(Dir.home, ".cache", "evix", dir))
+    end
+
+    # Where cargo builds for this lane (chroots differ in libc and libruby).
+    def target
+      "/evix/target/#{name}"
     end
   end
 
   LANES = {
-    "3.3" => Lane.new(version: "3.3", suite: "trixie", ruby: "/usr/bin/ruby",
-                      ruby_packages: %w[ruby ruby-dev rake bundler], experimental: false),
-    "3.4" => Lane.new(version: "3.4", suite: "sid", ruby: "/usr/bin/ruby3.4",
-                      ruby_packages: %w[ruby3.4 ruby3.4-dev], experimental: true)
+    "3.3" => Lane.new(name: "ruby33", version: "3.3", suite: "trixie", ruby: "/usr/bin/ruby",
+                      packages: %w[ruby ruby-dev rake bundler], experimental: []),
+    "3.4" => Lane.new(name: "ruby34", version: "3.4", suite: "sid", ruby: "/usr/bin/ruby3.4",
+                      packages: [], experimental: %w[ruby3.4 ruby3.4-dev])
   }.freeze
+
+  BENCH = Lane.new(name: "bench33", version: "3.3", suite: "sid", ruby: "/usr/bin/ruby",
+                   packages: %w[ruby ruby-dev ruby-async ruby-io-event ruby-io-stream ruby-nio4r ruby-eventmachine
+                                ruby-timers ruby-benchmark-ips puma ruby-rack wrk valgrind],
+                   experimental: [])
 
   # The registry's copy of sid's and experimental's Release files may be
   # older than their Valid-Until.
@@ -41,33 +60,37 @@ module Compat
     system(*command) || abort("compat: failed: #{command.join(" ")}")
   end
 
-  # The marker lists the packages installed: a cache made before a package
-  # was added gets it installed, not rebuilt.
+  # The chroot exists once debootstrap finished; each lane's marker lists the
+  # packages it installed there, so a package added later gets installed, not
+  # the chroot rebuilt.
   def build_root(lane)
     root = lane.root
-    marker = File.join(root, ".evix-ready")
-    return if File.exist?(marker) && File.read(marker).split.sort == lane.packages.sort
+    base = File.join(root, ".evix-base")
+    marker = File.join(root, ".evix-ready-#{lane.name}")
+    return if File.exist?(marker) && File.read(marker).split.sort == lane.all_packages.sort
 
     abort "compat: needs root (debootstrap, chroot, mount)" unless Process.uid.zero?
-    unless File.exist?(marker)
+    # (.evix-ready: a cache made before lanes shared a chroot.)
+    unless File.exist?(base) || File.exist?(File.join(root, ".evix-ready"))
       FileUtils.rm_rf(root)
       FileUtils.mkdir_p(root)
       sh!("debootstrap", "--variant=minbase", lane.suite, root)
+      File.write(base, lane.suite)
     end
     with_mounts(root, proc_dev_only: true) { install(lane) }
-    File.write(marker, lane.packages.join(" "))
+    File.write(marker, lane.all_packages.join(" "))
   end
 
   def install(lane)
     apt = ["chroot", lane.root, "/usr/bin/env", "DEBIAN_FRONTEND=noninteractive", *APT]
     install = [*apt, "install", "-y", "-q", "--no-install-recommends"]
-    if lane.experimental
+    if lane.sid?
       File.write(File.join(lane.root, "etc/apt/sources.list.d/experimental.list"),
                  "deb http://deb.debian.org/debian experimental main\n")
-      sh!(*apt, "-q", "update")
-      sh!(*install, "-t", "experimental", *lane.ruby_packages)
     end
-    sh!(*install, *lane.packages)
+    sh!(*apt, "-q", "update")
+    sh!(*install, "-t", "experimental", *lane.experimental) unless lane.experimental.empty?
+    sh!(*install, *lane.packages, *COMMON_PACKAGES)
   end
 
   def mounts
@@ -91,27 +114,29 @@ module Compat
     mounted.reverse_each { |path| system("umount", "-l", path) }
   end
 
-  def script(lane)
-    target = "/evix/target/ruby#{lane.version.delete(".")}"
+  # Builds the extension for the lane's Ruby, then runs +command+ (a shell line) with it.
+  def script(lane, command)
     <<~SH
       set -e
       cd /evix
       export PATH=/root/.cargo/bin:$PATH CARGO_HOME=/root/.cargo RUSTUP_HOME=/root/.rustup
-      export CARGO_TARGET_DIR=#{target} RUBY=#{lane.ruby}
+      export CARGO_TARGET_DIR=#{lane.target} RUBY=#{lane.ruby}
       #{lane.ruby} -v
       cargo build --release --locked -p evix
       mkdir -p lib/evix/#{lane.version} && rm -f lib/evix/#{lane.version}/evix.so
-      cp #{target}/release/libevix.so lib/evix/#{lane.version}/evix.so
-      #{lane.ruby} -S rspec spec/evix spec/examples
+      cp #{lane.target}/release/libevix.so lib/evix/#{lane.version}/evix.so
+      #{command}
     SH
   end
 
-  def run(lane)
+  # Runs +command+ in the lane's chroot, in a clean environment (nothing of
+  # the host's bundle or Ruby leaks in) plus +env+.
+  def run(lane, command = "#{lane.ruby} -S rspec spec/evix spec/examples", env: {})
     build_root(lane)
-    # A clean environment: nothing of the host's bundle or Ruby leaks in.
     with_mounts(lane.root) do
       sh!("chroot", lane.root, "/usr/bin/env", "-i", "HOME=/root", "LANG=C.UTF-8",
-          "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "/bin/bash", "-c", script(lane))
+          "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", *env.map { |k, v| "#{k}=#{v}" },
+          "/bin/bash", "-c", script(lane, command))
     end
   end
 end

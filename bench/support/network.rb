@@ -15,7 +15,10 @@ module Bench
 
     def echo_section
       @results[:echo] = @config.echo_connections.to_h do |connections|
-        [connections, median_of_rounds(@servers.map(&:name), "rps") { |name| echo_point(server(name), connections) }]
+        rounds = median_of_rounds(servers_for("echo").map(&:name), "rps") do |name|
+          echo_point(server(name), connections)
+        end
+        [connections, rounds]
       end
       tables = @results[:echo].map do |connections, results|
         "### #{Report.int(connections)} connection#{"s" if connections > 1}\n\n#{throughput_table(results)}"
@@ -55,17 +58,21 @@ module Bench
       ceiling = results["ceiling"]
       best_rps = best_peer(results) { |r| r["rps"] }
       best_cpu = best_peer(results, min: true) { |r| r["cpu_us"] }
-      header = ["Server", unit, "p50 µs", "p99 µs", "CPU µs/#{per}", "Peak RSS MiB", "#{per}/s vs ceiling",
+      header = ["Server", unit, "min–max", "p50 µs", "p99 µs", "CPU µs/#{per}", "Peak RSS MiB", "#{per}/s vs ceiling",
                 "CPU vs ceiling", "#{per}/s vs best peer", "CPU vs best peer"]
-      rows = @servers.map do |server|
+      rows = @servers.select { |s| results.key?(s.name) }.map do |server|
         r = results[server.name]
         next failed_row(server.label, r, header.size) if r["error"]
 
-        [server.label, Report.int(r["rps"]), Report.float(r["p50_us"]), Report.float(r["p99_us"]),
-         Report.float(r["cpu_us"], 2), Report.mib(r["hwm_kib"]),
-         *ratios(r, ceiling&.dig("rps"), ceiling&.dig("cpu_us")), *ratios(r, best_rps, best_cpu)]
+        [server.label, *throughput_cells(r), *ratios(r, ceiling&.dig("rps"), ceiling&.dig("cpu_us")),
+         *ratios(r, best_rps, best_cpu)]
       end
       Report.table(header, rows)
+    end
+
+    def throughput_cells(result)
+      [Report.int(result["rps"]), range(result, "rps", 0), Report.float(result["p50_us"]),
+       Report.float(result["p99_us"]), Report.float(result["cpu_us"], 2), Report.mib(result["hwm_kib"])]
     end
 
     # Throughput and CPU per operation of +result+ against a reference.
@@ -75,7 +82,7 @@ module Bench
 
     # The best value among the Ruby peers' successful results.
     def best_peer(results, min: false, &value)
-      values = @servers.select { |s| s.group == :peer }.filter_map do |s|
+      values = @servers.select { |s| s.group == :peer && !s.http_only }.filter_map do |s|
         r = results[s.name]
         value.call(r) unless r.nil? || r["error"]
       end
@@ -113,7 +120,7 @@ module Bench
 
     def idle_section
       count = @config.idle_connections
-      results = @servers.to_h { |server| [server.name, idle_point(server, count)] }
+      results = servers_for("echo").to_h { |server| [server.name, idle_point(server, count)] }
       @results[:idle] = results
       "## #{Report.int(count)} idle connections\n\nThe load generator opens the connections in batches of 100 " \
         "(each echoes one 64-byte message, so the server has accepted and served it) and holds them; the " \
@@ -125,7 +132,7 @@ module Bench
       async = results["async_wrapper"]
       header = ["Server", "RSS before MiB", "RSS with #{Report.int(count)} open MiB", "Peak RSS MiB",
                 "KiB per connection", "Open s", "Peak RSS vs async (Async::Wrapper)"]
-      rows = @servers.map do |server|
+      rows = servers_for("echo").map do |server|
         r = results[server.name]
         next failed_row(server.label, r, header.size) if r["error"]
 

@@ -1,16 +1,77 @@
 # frozen_string_literal: true
 
 module Bench
-  # The targets of issue 5, checked against this run's figures.
+  # The targets of issue 5 (against async 1.30, the Ruby 3.1 lane) and of
+  # issue 14 (today's peers: async 2, the Ruby 3.3 lane), checked against
+  # this run's figures.
   module Targets
     private
 
     def targets_section
-      rows = [*echo_targets, *syscall_targets, *http_targets, *timer_targets, *fiber_targets, *idle_targets]
+      async2 = @versions["async"].to_s >= "2"
+      rows = if async2
+               [*paced_targets, *modern_echo_targets, *scheduler_workload_targets]
+             else
+               [*echo_targets, *syscall_targets, *http_targets, *timer_targets, *fiber_targets, *idle_targets]
+             end
       return nil if rows.empty?
 
-      "## Targets (issue 5), from this run\n\n" \
+      "## Targets (issue #{async2 ? 14 : 5}), from this run\n\n" \
         "#{Report.table(%w[Target Measured Needed Met], rows, align: "llll")}"
+    end
+
+    # Server CPU per round trip at the fixed rate, against the ceiling's, where all kept up.
+    def paced_targets
+      return [] unless @results[:rate]
+
+      @results[:rate].keys.flat_map do |n|
+        ceiling = kept_figure(:rate, n, "ceiling")
+        { "evix_fiber" => 1.1, "evix_scheduler" => 1.15, "evix_callback" => 1.05 }.map do |name, limit|
+          ratio_row("fixed rate x#{n}: #{name} CPU/rt vs ceiling (n/a unless both kept up)",
+                    kept_figure(:rate, n, name)&.dig("cpu_us"), ceiling&.dig("cpu_us"), limit)
+        end
+      end
+    end
+
+    def kept_figure(*path)
+      result = figure(*path)
+      result if result && kept_up?(result)
+    end
+
+    # Closed-loop throughput against async 2's best row and nio4r.
+    def modern_echo_targets
+      return [] unless @results[:echo]
+
+      @results[:echo].keys.select { |n| n >= 100 || @config.quick }.flat_map do |n|
+        at = ->(name) { figure(:echo, n, name)&.dig("rps") }
+        async = [at.call("async_scheduler"), at.call("async_stream")].compact.max
+        [ratio_row("echo x#{n}: fiber server rt/s vs best async 2 row", at.call("evix_fiber"), async, 1.5,
+                   at_most: false),
+         ratio_row("echo x#{n}: Evix::Scheduler rt/s vs best async 2 row", at.call("evix_scheduler"), async, 1.5,
+                   at_most: false),
+         ratio_row("echo x#{n}: fiber server rt/s vs nio4r", at.call("evix_fiber"), at.call("nio4r"), 1.0,
+                   at_most: false),
+         ratio_row("echo x#{n}: callback server rt/s vs nio4r", at.call("evix_callback"), at.call("nio4r"), 1.2,
+                   at_most: false)]
+      end
+    end
+
+    # Evix::Scheduler's speed-up over threads against async's, per workload,
+    # and its mean over the I/O workloads.
+    def scheduler_workload_targets
+      return [] unless @results[:scheduler]
+
+      wall = ->(name, impl) { figure(:scheduler, name, impl)&.dig("wall_s") }
+      speedup = ->(name, impl) { quotient(wall.call(name, "threads"), wall.call(name, impl)) }
+      rows = SchedulerWorkloads::SCHEDULER_WORKLOADS.keys.map do |name|
+        ratio_row("#{name}: evix speed-up over threads vs async's", speedup.call(name, "evix"),
+                  speedup.call(name, "async"), 1.3, at_most: false)
+      end
+      ups = SchedulerWorkloads::IO_WORKLOADS.map { |name| speedup.call(name, "evix") }
+      mean = ups.all? ? ups.sum / ups.size : nil
+      io = SchedulerWorkloads::IO_WORKLOADS.join(", ")
+      rows << target("I/O workloads (#{io}): evix's mean speed-up over threads",
+                     mean && format("%.2fx", mean), "≥ 3.00x", mean && mean >= 3)
     end
 
     # A row: the target, the measured ratio or value, what it needs, and

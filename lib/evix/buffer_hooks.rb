@@ -3,9 +3,10 @@
 module Evix
   class Scheduler
     # The Fiber::Scheduler hooks that move bytes through an IO::Buffer and
-    # are written in Ruby, and the Ruby halves of the C hooks #io_read and
-    # #io_write (ext/evix/src/ruby/scheduler.rs), which move a socket's bytes
-    # themselves and leave every other IO to #io_read_other/#io_write_other.
+    # are written in Ruby, and the Ruby half of the C hook #io_read
+    # (ext/evix/src/ruby/scheduler.rs), which reads a socket's bytes itself
+    # and leaves every other IO to #io_read_other. (#io_write, in C, writes
+    # every IO itself.)
     # Each does its system call so that Ruby does not route it back into the
     # scheduler (inside a blocking fiber where that is needed).
     module BufferHooks
@@ -34,23 +35,18 @@ module Evix
 
       # io_pwrite is not defined: Ruby 3.3 and 3.4 call it from inside
       # IO#pwrite's blocking region, without the GVL, where a hook that
-      # switches fibers wedges the thread (spec/evix/ruby34_spec.rb). IO#pwrite
+      # switches fibers wedges the thread (spec/evix/newer_rubies_spec.rb). IO#pwrite
       # then writes the file directly, as it does without a scheduler.
 
-      # Ruby 3.1's BasicSocket#read_nonblock and IO#write_nonblock call the
-      # kernel directly; only IO#read_nonblock on other IOs would come back
-      # into io_read, so only that needs the blocking fiber there. (Later
-      # Rubies have a cheap Fiber.blocking, used for every call.)
-      DIRECT_NONBLOCK = !Fiber.respond_to?(:blocking)
       # Reads go through one String per scheduler (then copied into the
       # buffer) instead of a new String each, at most this many bytes at once.
       SCRATCH_LIMIT = 64 * 1024
       EAGAIN = Errno::EAGAIN::Errno
-      private_constant :DIRECT_NONBLOCK, :SCRATCH_LIMIT, :EAGAIN
+      private_constant :SCRATCH_LIMIT, :EAGAIN
 
       # The Ruby half of #io_read (called by the native hook, not by Ruby):
-      # io_read on an IO other than a socket (a pipe, a terminal, a file), or
-      # on one whose bytes Ruby's own buffer holds: reads at least +length+
+      # io_read on an IO whose bytes Ruby's own read buffer holds (an
+      # ungetc), which a read(2) would skip over: reads at least +length+
       # bytes (0: whatever is available) into +buffer+ at +offset+, waiting
       # until there are some; for IO#read_nonblock -EAGAIN instead of a wait.
       # @return [Integer] bytes read, or -errno
@@ -71,31 +67,6 @@ module Evix
           break if total >= length
 
           offset += read
-        end
-        total
-      rescue SystemCallError => e
-        -e.errno
-      end
-
-      # The Ruby half of #io_write (called by the native hook):
-      # io_write on an IO other than a socket, or on one with bytes in Ruby's
-      # write buffer: writes at least +length+ bytes (0: what the kernel takes
-      # at once) from +buffer+ at +offset+.
-      # @return [Integer] bytes written, or -errno
-      def io_write_other(io, buffer, length, offset = 0)
-        total = 0
-        while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame
-          data = buffer.get_string(offset)
-          written = DIRECT_NONBLOCK ? io.write_nonblock(data, exception: false) : write_nonblock(io, data)
-          if :wait_writable == written # rubocop:disable Style/YodaCondition -- no method call
-            return -Errno::ETIMEDOUT::Errno unless wait_for(io, WRITE)
-
-            next
-          end
-          total += written
-          break if total >= length || written == 0 # rubocop:disable Style/NumericPredicate -- no method call
-
-          offset += written
         end
         total
       rescue SystemCallError => e
@@ -123,12 +94,9 @@ module Evix
         blocking { io.read_nonblock(size, @scratch, exception: false) }
       end
 
-      # Only where DIRECT_NONBLOCK is false (io_write calls the IO itself there).
-      def write_nonblock(io, data)
-        blocking { io.write_nonblock(data, exception: false) }
-      end
-
-      # Runs the block in a blocking fiber. Ruby 3.1 has no Fiber.blocking:
+      # Runs the block in a blocking fiber, where IO#read_nonblock does not
+      # come back into io_read (Ruby 3.1's does on IOs other than sockets).
+      # Ruby 3.1 has no Fiber.blocking:
       # one long-lived blocking fiber per scheduler runs the calls there, as
       # creating a fiber per read costs an mmap and an mprotect.
       if Fiber.respond_to?(:blocking)

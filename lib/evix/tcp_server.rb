@@ -1,20 +1,31 @@
 # frozen_string_literal: true
 
 require "socket"
+require_relative "server"
 
 module Evix
-  # A TCP server running one task per connection. The block receives each
-  # connection as an Evix::IO; the connection is closed when the block ends.
-  class TCPServer
-    # Seconds to wait before accepting again after EMFILE/ENFILE.
-    ACCEPT_BACKOFF = 0.05
-
-    # @return [Integer] connections currently open
-    attr_reader :connections
+  # A TCP server running one task per connection (see Evix::Server for the
+  # lifecycle: on_error, idle timeouts, #close, #shutdown). The block receives
+  # each connection as an Evix::IO; the connection is closed when the block
+  # ends.
+  #
+  # +host+ nil listens on every address of the machine, IPv4 and IPv6: one
+  # dual-stack socket on "::" (IPV6_V6ONLY off), or "0.0.0.0" on a machine
+  # without IPv6. Ruby's own TCPServer.new(nil, port) binds only the first
+  # wildcard getaddrinfo offers, which on Linux is "0.0.0.0": IPv4 alone.
+  # "::" given explicitly is dual-stack too (as Linux makes it by default);
+  # "0.0.0.0" is IPv4 only, "::1" and "127.0.0.1" loopback of one family.
+  class TCPServer < Server
+    # Where +host+ nil listens, in order of preference.
+    EVERY_ADDRESS = ["::", "0.0.0.0"].freeze
 
     # @param loop [Evix::Loop]
-    # @param host [String] address to bind ("127.0.0.1", "::1", "0.0.0.0", …)
-    # @param port [Integer] port (0 picks a free one, see #port)
+    # @param host [String, nil, BasicSocket] address to bind ("127.0.0.1",
+    #   "::1", "0.0.0.0", "::", a host name); nil: every address, IPv4 and
+    #   IPv6; or a socket already listening (an Evix::Workers worker's
+    #   inherited listener), served as it is and closed by #close
+    # @param port [Integer, nil] port, 0 to 65535 (0 picks a free one, see
+    #   #port); nil with a listening socket
     # @param backlog [Integer] listen(2) backlog
     # @param reuse_port [Boolean] set SO_REUSEPORT (one listener per process)
     # @param idle_timeout [Numeric, nil] close connections with no input for
@@ -24,22 +35,26 @@ module Evix
     #   after its handshake, which fails to #on_error like any handler
     # @param handshake_timeout [Numeric, nil] seconds a TLS handshake may take
     #   (default Evix::TLS::HANDSHAKE_TIMEOUT)
-    # @raise [ArgumentError] for a negative or non-finite idle_timeout
-    # @raise [TypeError] for an ssl_context that is not an SSLContext
-    def initialize(loop, host, port, backlog: 1024, reuse_port: false, idle_timeout: nil,
+    # @raise [TypeError] for a host that is not a String or nil, a port that
+    #   is not an Integer, an ssl_context that is not an SSLContext
+    # @raise [ArgumentError] for an empty host, a port out of range, a
+    #   negative or non-finite idle_timeout, no block, a socket that is not
+    #   listening, or a port given with one
+    def initialize(loop, host, port = nil, backlog: 1024, reuse_port: false, idle_timeout: nil,
                    ssl_context: nil, handshake_timeout: nil, &handler)
-      raise ArgumentError, "Evix::TCPServer.new requires a block" unless handler
-
-      @loop = loop
-      @handler = handler
-      @idle_timeout = idle_timeout && TCPServer.seconds(idle_timeout, "idle_timeout")
-      @tls = TLS::Acceptor.new(ssl_context, handshake_timeout) if ssl_context || handshake_timeout
-      @clients = {}
-      @connections = 0
-      @on_error = method(:report)
-      @listener = listen(host, port, backlog, reuse_port)
-      @local_address = @listener.local_address
-      @watcher = loop.add_io(@listener, READ) { accept_all }
+      if ssl_context || handshake_timeout
+        @tls = TLS::Acceptor.new(ssl_context, handshake_timeout)
+        handler &&= @tls.with_handshake(handler)
+      end
+      if host.is_a?(::BasicSocket)
+        @adopted = TCPServer.check_listening(host, port)
+      else
+        @host = TCPServer.check_host(host)
+        @port = TCPServer.check_port(port)
+      end
+      @backlog = backlog
+      @reuse_port = reuse_port
+      super(loop, idle_timeout: idle_timeout, &handler)
     end
 
     # @return [Integer] the bound port
@@ -47,80 +62,55 @@ module Evix
       @local_address.ip_port
     end
 
-    # @return [Addrinfo] the bound address
-    attr_reader :local_address
-
-    # Sets the handler for a connection's exception (default: one line on $stderr).
-    # @return [self]
-    def on_error(&block)
-      raise ArgumentError, "on_error requires a block" unless block
-
-      @on_error = block
-      self
-    end
-
-    # Stops accepting; open connections go on. Idempotent.
-    # @return [nil]
-    def close
-      return if @listener.closed?
-
-      @watcher.cancel
-      @backoff&.cancel
-      @listener.close
-      nil
-    end
-
-    # @return [Boolean] whether the server stopped accepting
-    def closed?
-      @listener.closed?
-    end
-
-    # Drains: stops accepting, lets connections finish what they are writing
-    # (their reads see end of file), and force-closes what is left at the
-    # deadline: their handlers are cancelled (Evix::CancelledError at their
-    # wait, ensure blocks run). Returns when the drain is over. Inside a task (and a block
-    # of Loop#add_signal runs in one) the calling fiber waits while the loop
-    # goes on; outside Loop#run, the loop runs. A plain callback (add_timer,
-    # add_io) cannot wait: spawn a task there.
-    # @param timeout [Numeric] seconds before what is left is forced
-    #   (finite, not negative)
-    # @return [Integer] how many connections had to be forced
-    # @raise [ArgumentError] for a negative or non-finite timeout
-    def shutdown(timeout: 5)
-      timeout = TCPServer.seconds(timeout, "timeout")
-      close
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-      @clients.each_key(&:close_read)
-      until @clients.empty?
-        remaining = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        break if remaining <= 0
-
-        wait_for_clients(remaining)
-      end
-      force(@clients.dup)
-    end
-
-    # +value+ if it is a finite, non-negative number of seconds (the rule and
-    # wording of the loop's own timeouts).
     # @api private
-    # @return [Numeric]
-    def self.seconds(value, name)
-      raise TypeError, "#{name} must be a Numeric number of seconds (got #{value.inspect})" unless value.is_a?(Numeric)
-      unless value.real? && value.finite? && !value.negative?
-        raise ArgumentError, "#{name} must be a finite, non-negative number of seconds (got #{value.inspect})"
-      end
+    # @return [String, nil] +host+, checked
+    def self.check_host(host)
+      raise TypeError, "host must be a String or nil (got #{host.inspect})" unless host.nil? || host.is_a?(String)
+      raise ArgumentError, "host must not be empty (nil listens on every address)" if host&.empty?
 
-      value
+      host
     end
 
-    private
+    # @api private
+    # @return [Integer] +port+, checked
+    def self.check_port(port)
+      raise ArgumentError, "a port is needed (or a listening socket in place of the host)" if port.nil?
+      raise TypeError, "port must be an Integer (got #{port.inspect})" unless port.is_a?(Integer)
+      raise ArgumentError, "port must be between 0 and 65535 (got #{port})" unless port.between?(0, 65_535)
 
-    def listen(host, port, backlog, reuse_port)
-      address = Addrinfo.tcp(host, port)
+      port
+    end
+
+    # @api private
+    # @return [BasicSocket] +listener+, if it listens and no port came with it
+    def self.check_listening(listener, port)
+      raise ArgumentError, "pass no port with a listening socket (got #{port.inspect})" unless port.nil?
+      raise ArgumentError, "the socket given to Evix::TCPServer.new is not listening" unless
+        listener.getsockopt(:SOCKET, :ACCEPTCONN).bool
+
+      listener
+    end
+
+    # A listening socket on +host+ (nil: every address, see the class
+    # comment) and +port+, both already checked.
+    # @api private
+    # @return [Socket]
+    def self.open_listener(host, port, backlog:, reuse_port: false)
+      return bind(Addrinfo.tcp(host, port), backlog, reuse_port) if host
+
+      begin
+        bind(Addrinfo.tcp(EVERY_ADDRESS[0], port), backlog, reuse_port)
+      rescue Errno::EAFNOSUPPORT, Errno::EADDRNOTAVAIL
+        bind(Addrinfo.tcp(EVERY_ADDRESS[1], port), backlog, reuse_port) # no IPv6 on this machine
+      end
+    end
+
+    def self.bind(address, backlog, reuse_port)
       socket = Socket.new(address.afamily, :STREAM)
       socket.setsockopt(:SOCKET, :REUSEADDR, true)
       socket.setsockopt(:SOCKET, :REUSEPORT, true) if reuse_port
-      socket.setsockopt(:IPV6, :V6ONLY, true) if address.ipv6?
+      # The IPv6 wildcard takes IPv4 too, whatever net.ipv6.bindv6only says.
+      socket.setsockopt(:IPV6, :V6ONLY, false) if address.ipv6? && address.ipv6_unspecified?
       socket.bind(address)
       socket.listen(backlog)
       socket
@@ -128,87 +118,17 @@ module Evix
       socket&.close
       raise
     end
+    private_class_method :bind
 
-    def accept_all
-      loop do
-        socket, = @listener.accept_nonblock(exception: false)
-        return if socket == :wait_readable || socket.nil?
+    private
 
-        start(socket)
-      end
-    rescue Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM => e
-      back_off(e)
-    rescue Errno::ECONNABORTED, Errno::EPROTO
-      retry
-    rescue ::IOError
-      nil # closed by #close from a callback of this iteration
+    def listen
+      @adopted || TCPServer.open_listener(@host, @port, backlog: @backlog, reuse_port: @reuse_port)
     end
 
-    # Out of descriptors: stop watching the listener (level-triggered, it
-    # would spin) and try again a little later.
-    def back_off(error)
-      @watcher.cancel
-      warn "evix: accept failed (#{error.message}); retrying in #{ACCEPT_BACKOFF}s" unless @warned
-      @warned = true
-      @backoff = @loop.add_timer(ACCEPT_BACKOFF) do
-        @backoff = nil
-        next if @listener.closed?
-
-        @watcher = @loop.add_io(@listener, READ) { accept_all }
-        accept_all
-      end
-    end
-
-    def start(socket)
-      socket.setsockopt(:TCP, :NODELAY, true) if socket.local_address.ip?
-      client = Evix::IO.new(@loop, @tls ? @tls.wrap(socket) : socket)
-      @clients[client] = @loop.spawn { serve(client) }
-      @connections += 1
-    end
-
-    def serve(client)
-      idle = watch_idle(client)
-      @tls&.handshake(client)
-      @handler.call(client)
-    rescue CancelledError
-      raise # #shutdown's deadline (or the user) cancelled the handler: not its error
-    rescue ClosedError, Errno::EPIPE, Errno::ECONNRESET => e
-      @on_error.call(e, client) unless client.closed? || e.is_a?(ClosedError)
-    rescue StandardError => e
-      @on_error.call(e, client)
-    ensure
-      idle&.cancel
-      client.close
-      @clients.delete(client)
-      @connections -= 1
-    end
-
-    def watch_idle(client)
-      return unless @idle_timeout
-
-      client.idle_timer = @loop.add_timer(@idle_timeout) { client.close }
-    end
-
-    # Closes the connections left at the deadline and cancels their
-    # handlers, then gives the loop one turn so that those end (their ensure
-    # blocks run) before #shutdown returns. @return [Integer] how many
-    def force(left)
-      left.each do |client, task|
-        client.close
-        task.cancel("Evix::TCPServer#shutdown: deadline passed")
-      end
-      wait_for_clients(0) unless left.empty?
-      left.size
-    end
-
-    # Polls: connections end in their own fibers, at their own pace.
-    def wait_for_clients(remaining)
-      pause = [remaining, 0.01].min
-      Task.current ? @loop.sleep(pause) : @loop.run_once(pause)
-    end
-
-    def report(error, _client)
-      warn "evix: connection error: #{error.class}: #{error.message}"
+    def connection(socket)
+      socket.setsockopt(:TCP, :NODELAY, true)
+      @tls ? Evix::IO.new(@loop, @tls.wrap(socket)) : super
     end
   end
 end

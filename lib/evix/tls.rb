@@ -26,7 +26,7 @@ module Evix
     # @api private
     # @return [Numeric]
     def self.handshake_timeout(seconds)
-      seconds.nil? ? HANDSHAKE_TIMEOUT : TCPServer.seconds(seconds, "handshake_timeout")
+      seconds.nil? ? HANDSHAKE_TIMEOUT : Server.seconds(seconds, "handshake_timeout")
     end
 
     # The trust anchors of the system (what OpenSSL's default paths hold),
@@ -230,10 +230,16 @@ module Evix
         OpenSSL::SSL::SSLSocket.new(socket, @context)
       end
 
-      # @param client [Evix::IO] made over #wrap's socket
-      # @return [Evix::IO]
-      def handshake(client)
-        client.accept_tls(timeout: @handshake_timeout)
+      # The server's block, run after the handshake in the connection's task
+      # (a failed handshake is the connection's error, for Server#on_error).
+      # @param handler [Proc]
+      # @return [Proc]
+      def with_handshake(handler)
+        handshake_timeout = @handshake_timeout
+        proc do |client|
+          client.accept_tls(timeout: handshake_timeout)
+          handler.call(client)
+        end
       end
     end
 

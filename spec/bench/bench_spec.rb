@@ -11,6 +11,8 @@ RSpec.describe "bench/run.rb (EVIX_BENCH_QUICK=1)" do
   root = File.expand_path("../..", __dir__)
   servers = %w[ceiling evix_callback evix_fiber evix_scheduler async_wrapper async_scheduler nio4r eventmachine
                io_select threads]
+  # The servers with a row in the fixed-rate and highest-rate tables too.
+  paced = %w[ceiling evix_callback evix_fiber evix_scheduler async_wrapper async_scheduler nio4r]
 
   before(:all) do
     @dir = Dir.mktmpdir("evix-bench-spec-")
@@ -39,10 +41,11 @@ RSpec.describe "bench/run.rb (EVIX_BENCH_QUICK=1)" do
   it "prints every table" do
     ["## Echo ping-pong", "### 1 connection", "## HTTP/1.1 keep-alive hello", "idle connections",
      "## System calls per echo round trip", "one-shot timers", "concurrent fibers", "## Micro-benchmarks",
-     "## Targets (issue 5)"].each { |title| expect(@report).to include(title) }
+     "## Fixed rate: server CPU per round trip", "## The highest fixed rate each server keeps up with",
+     "## Fiber::Scheduler workloads", "## Targets (issue 5)"].each { |title| expect(@report).to include(title) }
   end
 
-  it "has a row for every server in the echo, HTTP and idle tables, and none failed" do
+  it "has a row for every server in the echo, HTTP, idle, fixed-rate and highest-rate tables, and none failed" do
     labels = {
       "ceiling" => "raw Rust epoll", "evix_callback" => "evix: Loop watchers", "evix_fiber" => "evix: TCPServer",
       "evix_scheduler" => "evix: plain sockets on Evix::Scheduler", "async_wrapper" => "Async::Wrapper",
@@ -50,7 +53,10 @@ RSpec.describe "bench/run.rb (EVIX_BENCH_QUICK=1)" do
       "eventmachine" => "EM.epoll", "io_select" => "IO.select loop", "threads" => "thread per connection"
     }
     expect(labels.keys).to eq(servers)
-    labels.each_value { |label| expect(@report.scan(/^\| [^|\n]*#{Regexp.escape(label)}/).size).to eq(3), label }
+    labels.each do |name, label|
+      rows = @report.scan(/^\| [^|\n]*#{Regexp.escape(label)}/).size
+      expect(rows).to eq(paced.include?(name) ? 5 : 3), label
+    end
     expect(@report).not_to include("failed:")
   end
 
@@ -58,6 +64,12 @@ RSpec.describe "bench/run.rb (EVIX_BENCH_QUICK=1)" do
     header = @report[/^\| System call \|.*$/]
     expect(header).to include("evix: TCPServer, fibers", "raw Rust epoll (ceiling)")
     expect(@report).to match(/^\| \*\*total\*\* \|( \*\*[\d.]+\*\* \|)+$/)
+  end
+
+  it "has a row for each Fiber::Scheduler workload, each with all three timings" do
+    %w[pipes socketpairs mutex_file queue sleep].each do |workload|
+      expect(@report).to match(/^\| #{workload}: [^|]+(\| [\d.]+ ){3}\|/)
+    end
   end
 
   it "has the timer, fiber and micro-benchmark rows" do

@@ -148,6 +148,18 @@ RSpec.describe Evix::TCPClient do
     expect { task.wait }.to raise_error(Evix::CancelledError)
   end
 
+  it "closes its connection attempt when the task is cancelled while the peer does not answer" do
+    listener = plain_listener(0)
+    address = listener.local_address
+    4.times { track_io(Socket.new(:INET, :STREAM)).first.connect_nonblock(address, exception: false) }
+    before = fd_count
+    task = ev.spawn { described_class.connect(ev, "127.0.0.1", address.ip_port, timeout: 5) }
+    ev.add_timer(0.05) { task.cancel }
+    expect { task.wait }.to raise_error(Evix::CancelledError)
+    expect(fd_count).to eq(before)
+    expect(ev.stats).to include(watchers: 0)
+  end
+
   it "raises Evix::Error outside a task" do
     expect { described_class.connect(ev, "127.0.0.1", closed_port) }.to raise_error(Evix::Error, /task/)
   end

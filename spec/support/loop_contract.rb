@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# The behaviour every backend must share (DESIGN.md §2, §3, §5; .api-draft.md).
+# The behaviour every backend must share (docs/architecture.md; DESIGN.md §2, §3, §5).
 # Used as: it_behaves_like "an evix loop", :epoll
 RSpec.shared_examples "an evix loop" do |backend|
   let!(:ev) { new_loop(backend) }

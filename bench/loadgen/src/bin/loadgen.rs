@@ -2,7 +2,7 @@
 //!
 //!     loadgen echo --port P [--host H] [--connections N] [--size S]
 //!                  [--warmup SECONDS] [--duration SECONDS | --count ROUND_TRIPS]
-//!                  [--server-pid PID] [--sync]
+//!                  [--rate ROUND_TRIPS_PER_S] [--server-pid PID] [--sync]
 //!     loadgen idle --port P [--connections N] [--size S] [--hold SECONDS]
 //!                  [--server-pid PID] [--sync]
 //!
@@ -13,15 +13,25 @@
 //! `--server-pid`, the server's CPU time (utime + stime from /proc/PID/stat)
 //! over the measured window.
 //!
+//! With `--rate R` the load is open-loop instead: send number k (k = 0, 1, ...)
+//! is due at k / R seconds into the phase, on connection k mod N, whether or
+//! not earlier replies came back; a connection still waiting for its last echo
+//! queues the send. Latency runs from the due time, not from the actual send,
+//! so a server that falls behind shows its queueing in p99 (no coordinated
+//! omission). A phase that falls a second of sends behind stops early and
+//! reports `"saturated":true`.
+//!
 //! `idle` opens N connections (in batches, each checked with one echo) and holds
 //! them for `--hold` seconds, printing one JSON line once they are all open.
 //!
 //! `--sync` hands the timing to the caller: `echo` prints "warm" after the
 //! warm-up, then runs one measured phase (printing its JSON line) for each
-//! "go" line on stdin, and closes on any other line or EOF; `idle` holds its
+//! "go" line on stdin ("go R": at R round trips/s, "go 0": closed-loop), and
+//! closes on any other line or EOF; `idle` holds its
 //! connections until stdin has a line or EOF instead of sleeping.
 
 use evix_bench::{process_cpu_seconds, raise_nofile_limit, Args, Epoll, FAILED, READ, WRITE};
+use std::collections::VecDeque;
 use std::io::{self, BufRead, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -50,6 +60,8 @@ struct Conn {
     written: usize,
     received: usize,
     sent_at: Instant,
+    /// Open-loop mode: the due times of sends queued behind the one in flight.
+    queued: VecDeque<Instant>,
     /// Waiting for WRITE readiness (the kernel did not take the whole message).
     blocked: bool,
     /// A message is out and its echo not complete.
@@ -67,6 +79,7 @@ impl Conn {
             written: 0,
             received: 0,
             sent_at: Instant::now(),
+            queued: VecDeque::new(),
             blocked: false,
             in_flight: false,
             open: true,
@@ -142,6 +155,15 @@ enum Stop {
     Count(u64),
 }
 
+/// How a phase issues round trips.
+#[derive(Clone, Copy)]
+enum Load {
+    /// One message in flight per connection, the next sent when its echo is in.
+    Closed(Stop),
+    /// This many round trips per second in all, for this long, on a schedule.
+    Paced(f64, Duration),
+}
+
 struct Echo {
     epoll: Epoll,
     conns: Vec<Conn>,
@@ -157,6 +179,8 @@ struct Window {
     round_trips: u64,
     elapsed: Duration,
     latencies_ns: Vec<u64>,
+    /// Open-loop mode fell a second of sends behind and stopped early.
+    saturated: bool,
 }
 
 impl Echo {
@@ -270,7 +294,129 @@ impl Echo {
             round_trips,
             elapsed,
             latencies_ns,
+            saturated: false,
         })
+    }
+
+    /// Starts connection `index`'s next queued send, stamped with its due time.
+    fn begin_queued(&mut self, index: usize) {
+        if let Some(due) = self.conns[index].queued.pop_front() {
+            self.begin(index);
+            self.conns[index].sent_at = due;
+        }
+    }
+
+    /// Open-loop: `rate` round trips/s across the connections for `duration`
+    /// (see the file's header), then waits for what is in flight without
+    /// counting it, so the next phase starts with every connection idle.
+    fn paced_phase(&mut self, rate: f64, duration: Duration, record: bool) -> io::Result<Window> {
+        let start = Instant::now();
+        let deadline = start + duration;
+        let interval = Duration::from_secs_f64(1.0 / rate);
+        // Sends due but not yet answered: a second's worth means the server is
+        // that far behind, and waiting on would only measure the queue.
+        let limit = (rate as usize).max(self.conns.len());
+        let mut backlog = 0usize;
+        let mut next = 0u64;
+        let mut saturated = false;
+        let mut end = deadline;
+        let mut round_trips = 0u64;
+        let mut latencies_ns = Vec::new();
+        let mut ready = Vec::with_capacity(1024);
+        let mut last_progress = start;
+        loop {
+            let now = Instant::now();
+            let mut due = start + interval.mul_f64(next as f64);
+            while due <= now && due < deadline && !saturated {
+                let i = (next % self.conns.len() as u64) as usize;
+                next += 1;
+                due = start + interval.mul_f64(next as f64);
+                if !self.conns[i].open {
+                    continue;
+                }
+                self.conns[i].queued.push_back(start + interval.mul_f64((next - 1) as f64));
+                backlog += 1;
+                if backlog > limit {
+                    saturated = true;
+                    end = now;
+                }
+                if !self.conns[i].in_flight {
+                    self.begin_queued(i);
+                }
+            }
+            let finished = now >= deadline || saturated;
+            if finished && self.in_flight == 0 {
+                break;
+            }
+            if now - last_progress > STALL {
+                return Err(io::Error::other(format!(
+                    "no round trip completed for {} s",
+                    STALL.as_secs()
+                )));
+            }
+            // Whole milliseconds only: spin through the last one so sends
+            // leave on time (this core is the load generator's alone).
+            let timeout = if finished {
+                1000
+            } else {
+                (due.min(deadline) - now).as_millis() as i32
+            };
+            self.epoll.wait(timeout, &mut ready)?;
+            for &(token, bits) in &ready {
+                let i = token as usize;
+                if !self.conns[i].open {
+                    continue;
+                }
+                if bits & WRITE != 0 && self.conns[i].blocked {
+                    if let Err(e) = self.conns[i].write(&self.epoll) {
+                        self.fail(i, &e);
+                        continue;
+                    }
+                }
+                if bits & (READ | FAILED) == 0 {
+                    continue;
+                }
+                match self.conns[i].read(&mut self.buf) {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        let done = Instant::now();
+                        last_progress = done;
+                        self.conns[i].in_flight = false;
+                        self.in_flight -= 1;
+                        backlog -= 1;
+                        if done < deadline && !saturated {
+                            round_trips += 1;
+                            if record {
+                                let latency = done - self.conns[i].sent_at;
+                                latencies_ns.push(latency.as_nanos() as u64);
+                            }
+                            self.begin_queued(i);
+                        } else {
+                            backlog -= self.conns[i].queued.len();
+                            self.conns[i].queued.clear();
+                        }
+                    }
+                    Err(e) => {
+                        backlog -= 1 + self.conns[i].queued.len();
+                        self.conns[i].queued.clear();
+                        self.fail(i, &e);
+                    }
+                }
+            }
+        }
+        Ok(Window {
+            round_trips,
+            elapsed: end - start,
+            latencies_ns,
+            saturated,
+        })
+    }
+
+    fn run(&mut self, load: Load, record: bool) -> io::Result<Window> {
+        match load {
+            Load::Closed(stop) => self.phase(stop, record, matches!(stop, Stop::Count(_))),
+            Load::Paced(rate, duration) => self.paced_phase(rate, duration, record),
+        }
     }
 }
 
@@ -366,12 +512,26 @@ fn echo(args: &Args, addr: SocketAddr) -> io::Result<bool> {
     let count: u64 = args.get("count", 0).map_err(io::Error::other)?;
     let server_pid: Option<u32> = args.get("server-pid", 0).map_err(io::Error::other)?.into();
     let server_pid = server_pid.filter(|&p| p > 0);
+    let rate: f64 = args.get("rate", 0.0).map_err(io::Error::other)?;
     let sync = args.flag("sync");
     if connections == 0 || size == 0 {
         return Err(io::Error::other(
             "--connections and --size must be positive",
         ));
     }
+    let load = |rate: f64| -> io::Result<Load> {
+        match rate {
+            r if r == 0.0 && count > 0 => Ok(Load::Closed(Stop::Count(count))),
+            r if r == 0.0 => Ok(Load::Closed(Stop::After(Duration::from_secs_f64(duration)))),
+            r if r.is_finite() && r > 0.0 && count == 0 => {
+                Ok(Load::Paced(r, Duration::from_secs_f64(duration)))
+            }
+            _ => Err(io::Error::other(
+                "--rate must be a positive number of round trips/s, without --count",
+            )),
+        }
+    };
+    let measured = load(rate)?;
 
     let conns = connect_all(addr, connections, size)?;
     let epoll = Epoll::new(connections.min(4096))?;
@@ -386,27 +546,35 @@ fn echo(args: &Args, addr: SocketAddr) -> io::Result<bool> {
         errors: 0,
         first_error: None,
     };
-    bench.phase(Stop::After(Duration::from_secs_f64(warmup)), false, true)?;
-    let stop = if count > 0 {
-        Stop::Count(count)
-    } else {
-        Stop::After(Duration::from_secs_f64(duration))
+    let warm = Duration::from_secs_f64(warmup);
+    let warm = match measured {
+        Load::Paced(rate, _) => Load::Paced(rate, warm),
+        Load::Closed(_) => Load::Closed(Stop::After(warm)),
     };
+    bench.run(warm, false)?;
     if sync {
         emit("warm")?;
-        while read_line()? == "go" {
-            measure(&mut bench, stop, server_pid)?;
+        loop {
+            let line = read_line()?;
+            let load = match line.strip_prefix("go") {
+                Some("") => measured,
+                Some(rate) if rate.starts_with(' ') => {
+                    load(rate.trim().parse().map_err(|_| io::Error::other("go: bad rate"))?)?
+                }
+                _ => break,
+            };
+            measure(&mut bench, load, server_pid)?;
         }
     } else {
-        measure(&mut bench, stop, server_pid)?;
+        measure(&mut bench, measured, server_pid)?;
     }
     Ok(bench.errors == 0)
 }
 
 /// Runs one measured phase and prints its JSON line.
-fn measure(bench: &mut Echo, stop: Stop, server_pid: Option<u32>) -> io::Result<()> {
+fn measure(bench: &mut Echo, load: Load, server_pid: Option<u32>) -> io::Result<()> {
     let cpu_before = cpu(server_pid);
-    let mut window = bench.phase(stop, true, matches!(stop, Stop::Count(_)))?;
+    let mut window = bench.run(load, true)?;
     let cpu_after = cpu(server_pid);
     window.latencies_ns.sort_unstable();
     let seconds = window.elapsed.as_secs_f64();
@@ -418,7 +586,8 @@ fn measure(bench: &mut Echo, stop: Stop, server_pid: Option<u32>) -> io::Result<
     emit(&format!(
         "{{\"mode\":\"echo\",\"connections\":{},\"size\":{},\"seconds\":{seconds:.4},\
          \"round_trips\":{},\"rps\":{:.1},\"p50_us\":{:.1},\"p99_us\":{:.1},\"max_us\":{:.1},\
-         \"errors\":{},\"first_error\":{first_error},\"server_cpu_s\":{server_cpu}}}",
+         \"errors\":{},\"first_error\":{first_error},\"server_cpu_s\":{server_cpu},\
+         \"rate\":{:.1},\"saturated\":{}}}",
         bench.conns.len(),
         bench.conns.first().map_or(0, |c| c.message.len()),
         window.round_trips,
@@ -427,6 +596,11 @@ fn measure(bench: &mut Echo, stop: Stop, server_pid: Option<u32>) -> io::Result<
         percentile(&window.latencies_ns, 99.0),
         percentile(&window.latencies_ns, 100.0),
         bench.errors,
+        match load {
+            Load::Paced(rate, _) => rate,
+            Load::Closed(_) => 0.0,
+        },
+        window.saturated,
     ))
 }
 
@@ -463,6 +637,7 @@ fn run(argv: Vec<String>) -> Result<bool, String> {
             "warmup",
             "duration",
             "count",
+            "rate",
             "server-pid",
         ],
         "idle" => &["host", "port", "connections", "size", "hold", "server-pid"],

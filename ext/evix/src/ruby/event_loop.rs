@@ -594,7 +594,7 @@ impl RbLoop {
         }
     }
 
-    /// Called before any `IO#reopen` (lib/evix/reopening.rb): registrations
+    /// Called before any `IO#reopen` (lib/evix/io_patches.rb): registrations
     /// pinned so far are checked with the kernel on their next wait.
     fn io_reopened() {
         REOPENS.fetch_add(1, Ordering::Relaxed);

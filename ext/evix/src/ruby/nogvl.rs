@@ -206,6 +206,17 @@ pub fn direct(ruby: &Ruby, io: RFile, write: bool) -> Direct {
     }
 }
 
+/// The fd of `io` for a write Ruby itself asked for (the `io_write` hook:
+/// Ruby has flushed, or is flushing, its write buffer in order, so bytes in
+/// it are no reason to stay away): `Fd` when open for writing.
+pub fn hook_write_fd(ruby: &Ruby, io: RFile) -> Direct {
+    match open_file(ruby, io) {
+        None => Direct::Closed,
+        Some(file) if file.mode & rb_sys::FMODE_WRITABLE as c_int == 0 => Direct::Ruby,
+        Some(file) => Direct::Fd(file.fd),
+    }
+}
+
 /// Runs `f` on the bytes of `string`. `f` must not call into Ruby: the
 /// slice is only valid while nothing can change, move or free the string.
 pub fn with_bytes<R>(_ruby: &Ruby, string: RString, f: impl FnOnce(&[u8]) -> R) -> R {

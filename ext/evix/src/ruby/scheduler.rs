@@ -6,10 +6,13 @@
 //! fiber parked in the hook: in the fibers benchmark one more resident page
 //! per sleeping fiber.
 //!
-//! `io_read`/`io_write` move a socket's bytes straight between the kernel
-//! and the `IO::Buffer` Ruby hands in (no String, no copy, no
-//! `read_nonblock` call); anything else (a pipe, a file, bytes in Ruby's own
-//! IO buffers) goes to the Ruby methods `io_read_other`/`io_write_other`.
+//! `io_read` and `io_write` move bytes straight between the kernel and the
+//! `IO::Buffer` Ruby hands in (no String, no copy, no `*_nonblock` call):
+//! `recv`/`send` on a socket, `read`/`write` with O_NONBLOCK set for the call
+//! on a pipe, file or terminal. Only a read of an IO whose bytes Ruby's own
+//! read buffer holds (an `ungetc`) goes to the Ruby method `io_read_other`.
+//! A write never does: Ruby calls the hook to flush its own write buffer
+//! too, and a Ruby method on the IO would flush that same buffer again.
 
 use super::{
     args,
@@ -35,7 +38,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 static IO_READ_OTHER: LazyId = LazyId::new("io_read_other");
-static IO_WRITE_OTHER: LazyId = LazyId::new("io_write_other");
+static NONBLOCK_CALL: LazyId = LazyId::new("nonblock_call?");
 static TIMEOUT: LazyId = LazyId::new("timeout");
 static STAT: LazyId = LazyId::new("stat");
 static IS_FILE: LazyId = LazyId::new("file?");
@@ -271,25 +274,27 @@ fn io_wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
 /// the bytes read (fewer at end of stream), or -errno. After a short read
 /// from a socket the next call waits before it reads (the read would most
 /// likely fail with EAGAIN; the registration is level-triggered, so data
-/// already there ends the wait at once).
+/// already there ends the wait at once). Other IOs read first: Ruby's
+/// `IO#read_nonblock` on them comes here too (with length 0), and must get
+/// -EAGAIN rather than a wait when nothing is there.
 fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     args::arity(ruby, args, 3, 4)?;
     let (io, buffer) = (args[0], args[1]);
-    let Some((file, length, mut offset)) = socket_call(ruby, args) else {
-        return rb_self.funcall(*IO_READ_OTHER, args);
-    };
+    let (file, length, mut offset) = io_call(ruby, args)?;
+    let socket = is_socket(ruby, io);
     let fd = match nogvl::direct(ruby, file, false) {
         Direct::Fd(fd) => fd,
         Direct::Closed => return Err(closed_stream(ruby)),
         Direct::Ruby => return rb_self.funcall(*IO_READ_OTHER, args),
     };
     let this = RbScheduler::this(ruby, &rb_self)?;
-    let waited_first = this
-        .drained
-        .borrow()
-        .get(fd as usize)
-        .copied()
-        .unwrap_or(false);
+    let waited_first = socket
+        && this
+            .drained
+            .borrow()
+            .get(fd as usize)
+            .copied()
+            .unwrap_or(false);
     let mut wait = waited_first;
     let mut total = 0;
     loop {
@@ -310,9 +315,14 @@ fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
             }
         }
         let (room, read) = nogvl::with_buffer_mut(ruby, buffer, |bytes| {
-            bytes
-                .get_mut(offset..)
-                .map(|room| (room.len(), stream::recv(fd, room)))
+            bytes.get_mut(offset..).map(|room| {
+                let read = if socket {
+                    stream::recv(fd, room)
+                } else {
+                    stream::read_nonblocking(fd, room)
+                };
+                (room.len(), read)
+            })
         })?
         .ok_or_else(|| offset_error(ruby))?;
         match read {
@@ -326,11 +336,16 @@ fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
                 }
                 offset += n;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait = true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if !socket && length == 0 && rb_self.funcall::<_, _, bool>(*NONBLOCK_CALL, ())? {
+                    return Ok(negative_errno(ruby, libc::EAGAIN));
+                }
+                wait = true;
+            }
             Err(e) => return Ok(negative_errno(ruby, e.raw_os_error().unwrap_or(libc::EIO))),
         }
     }
-    if wait != waited_first {
+    if socket && wait != waited_first {
         let mut drained = this.drained.borrow_mut();
         if drained.len() <= fd as usize {
             drained.resize(fd as usize + 1, false);
@@ -346,21 +361,23 @@ fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
 fn io_write(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     args::arity(ruby, args, 3, 4)?;
     let (io, buffer) = (args[0], args[1]);
-    let Some((file, length, mut offset)) = socket_call(ruby, args) else {
-        return rb_self.funcall(*IO_WRITE_OTHER, args);
-    };
+    let (file, length, mut offset) = io_call(ruby, args)?;
+    let socket = is_socket(ruby, io);
     let mut total = 0;
     loop {
-        let Some(fd) = open_fd(ruby, file, true)? else {
-            // Bytes in Ruby's write buffer go first: Ruby's own method.
-            return if total == 0 {
-                rb_self.funcall(*IO_WRITE_OTHER, args)
-            } else {
-                Ok(total.into_value_with(ruby))
-            };
+        let fd = match nogvl::hook_write_fd(ruby, file) {
+            Direct::Fd(fd) => fd,
+            Direct::Closed => return Err(closed_stream(ruby)),
+            Direct::Ruby => return Ok(negative_errno(ruby, libc::EBADF)),
         };
         let sent = nogvl::with_buffer(ruby, buffer, |bytes| {
-            bytes.get(offset..).map(|rest| stream::send(fd, rest))
+            bytes.get(offset..).map(|rest| {
+                if socket {
+                    stream::send(fd, rest)
+                } else {
+                    stream::write_nonblocking(fd, rest)
+                }
+            })
         })?
         .ok_or_else(|| offset_error(ruby))?;
         match sent {
@@ -451,14 +468,28 @@ fn closed_before_wait(ruby: &Ruby, error: Error) -> Error {
     }
 }
 
-/// The socket, length and offset of an `io_read`/`io_write` call, when the
-/// IO is a socket and both counts are plain Integers.
-fn socket_call(ruby: &Ruby, args: &[Value]) -> Option<(RFile, usize, usize)> {
-    let socket = ruby.get_inner(*BASIC_SOCKET.get()?);
-    let file = RFile::from_value(args[0]).filter(|_| args[0].is_kind_of(socket))?;
+/// The IO, length and offset of an `io_read`/`io_write` call: TypeError
+/// for anything else.
+fn io_call(ruby: &Ruby, args: &[Value]) -> Result<(RFile, usize, usize), Error> {
+    counts(args).ok_or_else(|| {
+        Error::new(
+            ruby.exception_type_error(),
+            "io_read/io_write(io, buffer, length, offset = 0) take an IO and two Integers >= 0",
+        )
+    })
+}
+
+fn counts(args: &[Value]) -> Option<(RFile, usize, usize)> {
+    let file = RFile::from_value(args[0])?;
     let count = |value: Value| Integer::from_value(value)?.to_usize().ok();
     let offset = args.get(3).map_or(Some(0), |value| count(*value))?;
     Some((file, count(args[2])?, offset))
+}
+
+fn is_socket(ruby: &Ruby, io: Value) -> bool {
+    BASIC_SOCKET
+        .get()
+        .is_some_and(|socket| io.is_kind_of(ruby.get_inner(*socket)))
 }
 
 /// The fd to read (or write) `file` through directly; None when Ruby's own

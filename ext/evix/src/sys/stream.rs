@@ -1,5 +1,5 @@
-//! Non-blocking reads and writes on a connected socket, whatever the fd's
-//! own O_NONBLOCK flag says.
+//! Non-blocking reads and writes: on a connected socket whatever the fd's
+//! own O_NONBLOCK flag says, on any other fd with the flag set for the call.
 
 use std::io;
 use std::os::unix::io::RawFd;
@@ -48,6 +48,53 @@ pub fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
             other => return other.map(|n| n as usize),
         }
     }
+}
+
+/// `read(2)` of what is there now from any fd (a pipe, a file, a
+/// terminal) into `buf`: the bytes read (0 at end of file), or the OS
+/// error (`WouldBlock` when nothing is there). See [`with_nonblock`].
+pub fn read_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    with_nonblock(fd, || {
+        // SAFETY: `buf` is a valid, writable region of `buf.len()` bytes for
+        // the whole call; read writes at most that many.
+        syscall!(read(fd, buf.as_mut_ptr().cast(), buf.len()))
+    })
+}
+
+/// `write(2)` of what the kernel takes now from `buf` to any fd: the bytes
+/// written, or the OS error (`WouldBlock` when it took nothing). See
+/// [`with_nonblock`].
+pub fn write_nonblocking(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    with_nonblock(fd, || {
+        // SAFETY: `buf` is a valid, readable region of `buf.len()` bytes for
+        // the whole call; write only reads it.
+        syscall!(write(fd, buf.as_ptr().cast(), buf.len()))
+    })
+}
+
+/// Runs `call` (retried on EINTR) with O_NONBLOCK set on `fd`, then puts
+/// the flag back as it was: the fd's description may be shared with other
+/// processes that expect it blocking. Ruby's own pipes and sockets have it
+/// set already, which costs one F_GETFL.
+fn with_nonblock(fd: RawFd, mut call: impl FnMut() -> io::Result<isize>) -> io::Result<usize> {
+    // SAFETY: F_GETFL takes no pointer.
+    let flags = syscall!(fcntl(fd, libc::F_GETFL))?;
+    let blocking = flags & libc::O_NONBLOCK == 0;
+    if blocking {
+        // SAFETY: F_SETFL with an int argument, the fd's own flags plus one.
+        syscall!(fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK))?;
+    }
+    let result = loop {
+        match call() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => break other.map(|n| n as usize),
+        }
+    };
+    if blocking {
+        // SAFETY: as above, the flags read before the call.
+        syscall!(fcntl(fd, libc::F_SETFL, flags))?;
+    }
+    result
 }
 
 /// Waits up to `ms` milliseconds for `fd` to be readable (`write`: writable)

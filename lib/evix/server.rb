@@ -1,0 +1,207 @@
+# frozen_string_literal: true
+
+require "socket"
+
+module Evix
+  # What Evix::TCPServer and Evix::UNIXServer share: a listener watched by the
+  # loop, one task per accepted connection, idle timeouts, on_error, #close and
+  # the #shutdown drain. A subclass only says how its listener is made
+  # (#listen) and may prepare each accepted socket (#connection).
+  #
+  # The block receives each connection as an Evix::IO; the connection is
+  # closed when the block ends.
+  class Server
+    # Seconds to wait before accepting again after EMFILE/ENFILE.
+    ACCEPT_BACKOFF = 0.05
+
+    # @return [Integer] connections currently open
+    attr_reader :connections
+
+    # @return [Addrinfo] the bound address
+    attr_reader :local_address
+
+    # +value+ if it is a finite, non-negative number of seconds (the rule and
+    # wording of the loop's own timeouts).
+    # @api private
+    # @return [Numeric]
+    def self.seconds(value, name)
+      raise TypeError, "#{name} must be a Numeric number of seconds (got #{value.inspect})" unless value.is_a?(Numeric)
+      unless value.real? && value.finite? && !value.negative?
+        raise ArgumentError, "#{name} must be a finite, non-negative number of seconds (got #{value.inspect})"
+      end
+
+      value
+    end
+
+    # Checks the options, then listens (the subclass's #listen) and starts
+    # accepting. Nothing is bound when an argument is wrong.
+    # @param loop [Evix::Loop]
+    # @param idle_timeout [Numeric, nil] close connections with no input for
+    #   this many seconds (finite, not negative)
+    # @raise [ArgumentError] without a block, or for a negative or non-finite
+    #   idle_timeout
+    def initialize(loop, idle_timeout: nil, &handler)
+      raise ArgumentError, "#{self.class}.new requires a block" unless handler
+
+      @loop = loop
+      @handler = handler
+      @idle_timeout = idle_timeout && Server.seconds(idle_timeout, "idle_timeout")
+      @clients = {} # Evix::IO => its Evix::Task
+      @connections = 0
+      @on_error = method(:report)
+      @listener = listen
+      @local_address = @listener.local_address
+      @watcher = loop.add_io(@listener, READ) { accept_all }
+    end
+
+    # Sets the handler for a connection's exception (default: one line on $stderr).
+    # @return [self]
+    def on_error(&block)
+      raise ArgumentError, "on_error requires a block" unless block
+
+      @on_error = block
+      self
+    end
+
+    # Stops accepting; open connections go on. Idempotent.
+    # @return [nil]
+    def close
+      return if @listener.closed?
+
+      @watcher.cancel
+      @backoff&.cancel
+      @listener.close
+      nil
+    end
+
+    # @return [Boolean] whether the server stopped accepting
+    def closed?
+      @listener.closed?
+    end
+
+    # Drains: stops accepting, lets connections finish what they are writing
+    # (their reads see end of file), and force-closes what is left at the
+    # deadline: their handlers are cancelled (Evix::CancelledError at their
+    # wait, ensure blocks run). Returns when the drain is over. Inside a task (and a block
+    # of Loop#add_signal runs in one) the calling fiber waits while the loop
+    # goes on; outside Loop#run, the loop runs. A plain callback (add_timer,
+    # add_io) cannot wait: spawn a task there.
+    # @param timeout [Numeric] seconds before what is left is forced
+    #   (finite, not negative)
+    # @return [Integer] how many connections had to be forced
+    # @raise [ArgumentError] for a negative or non-finite timeout
+    def shutdown(timeout: 5)
+      timeout = Server.seconds(timeout, "timeout")
+      close
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      @clients.each_key(&:close_read)
+      until @clients.empty?
+        remaining = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        break if remaining <= 0
+
+        wait_for_clients(remaining)
+      end
+      force(@clients.dup)
+    end
+
+    private
+
+    # The bound, listening socket. Defined by each subclass.
+    def listen
+      raise NotImplementedError, "#{self.class} must define #listen"
+    end
+
+    # The one step between accept and the handler: turns an accepted socket
+    # into the connection the handler gets. Runs in the accept callback (it
+    # cannot wait); a subclass sets socket options here, or wraps the socket
+    # (TLS) before calling super.
+    def connection(socket)
+      Evix::IO.new(@loop, socket)
+    end
+
+    def accept_all
+      loop do
+        socket, = @listener.accept_nonblock(exception: false)
+        return if socket == :wait_readable || socket.nil?
+
+        start(socket)
+      end
+    rescue Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM => e
+      back_off(e)
+    rescue Errno::ECONNABORTED, Errno::EPROTO
+      retry
+    rescue ::IOError
+      nil # closed by #close from a callback of this iteration
+    end
+
+    # Out of descriptors: stop watching the listener (level-triggered, it
+    # would spin) and try again a little later.
+    def back_off(error)
+      @watcher.cancel
+      warn "evix: accept failed (#{error.message}); retrying in #{ACCEPT_BACKOFF}s" unless @warned
+      @warned = true
+      @backoff = @loop.add_timer(ACCEPT_BACKOFF) do
+        @backoff = nil
+        next if @listener.closed?
+
+        @watcher = @loop.add_io(@listener, READ) { accept_all }
+        accept_all
+      end
+    end
+
+    def start(socket)
+      client = begin
+        connection(socket)
+      rescue StandardError
+        socket.close
+        raise
+      end
+      @clients[client] = @loop.spawn { serve(client) }
+      @connections += 1
+    end
+
+    def serve(client)
+      idle = watch_idle(client)
+      @handler.call(client)
+    rescue CancelledError
+      raise # #shutdown's deadline (or the user) cancelled the handler: not its error
+    rescue ClosedError, Errno::EPIPE, Errno::ECONNRESET => e
+      @on_error.call(e, client) unless client.closed? || e.is_a?(ClosedError)
+    rescue StandardError => e
+      @on_error.call(e, client)
+    ensure
+      idle&.cancel
+      client.close
+      @clients.delete(client)
+      @connections -= 1
+    end
+
+    def watch_idle(client)
+      return unless @idle_timeout
+
+      client.idle_timer = @loop.add_timer(@idle_timeout) { client.close }
+    end
+
+    # Closes the connections left at the deadline and cancels their
+    # handlers, then gives the loop one turn so that those end (their ensure
+    # blocks run) before #shutdown returns. @return [Integer] how many
+    def force(left)
+      left.each do |client, task|
+        client.close
+        task.cancel("#{self.class}#shutdown: deadline passed")
+      end
+      wait_for_clients(0) unless left.empty?
+      left.size
+    end
+
+    # Polls: connections end in their own fibers, at their own pace.
+    def wait_for_clients(remaining)
+      pause = [remaining, 0.01].min
+      Task.current ? @loop.sleep(pause) : @loop.run_once(pause)
+    end
+
+    def report(error, _client)
+      warn "evix: connection error: #{error.class}: #{error.message}"
+    end
+  end
+end
