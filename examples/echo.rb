@@ -11,14 +11,16 @@ module Evix
     class Echo
       include Runner
 
-      def initialize(host: "127.0.0.1", port: 7000)
+      # @param ssl_context [OpenSSL::SSL::SSLContext, nil] serve TLS with it
+      def initialize(host: "127.0.0.1", port: 7000, ssl_context: nil)
         @host = host
         @port = port
+        @ssl_context = ssl_context
       end
 
       # @return [Evix::TCPServer]
       def start(evloop)
-        Evix::TCPServer.new(evloop, @host, @port) do |client|
+        Evix::TCPServer.new(evloop, @host, @port, ssl_context: @ssl_context) do |client|
           while (data = client.read)
             client.write(data)
           end

@@ -8,6 +8,7 @@ require "evix"
 loader = RBS::EnvironmentLoader.new
 loader.add(path: Pathname("sig"))
 loader.add(library: "socket")
+loader.add(library: "openssl")
 builder = RBS::DefinitionBuilder.new(env: RBS::Environment.from_loader(loader).resolve_type_names)
 
 missing = []

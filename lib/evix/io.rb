@@ -35,7 +35,9 @@ module Evix
     attr_accessor :idle_timer
 
     # @param loop [Evix::Loop]
-    # @param io [::IO] an open IO; it is switched to non-blocking mode
+    # @param io [::IO, OpenSSL::SSL::SSLSocket] an open IO; it is switched to
+    #   non-blocking mode. Over an SSLSocket reads and writes are TLS (see
+    #   Evix::TLS::Stream; its handshake: #accept_tls or #connect_tls).
     # @param timeout [Numeric, nil] default per-operation timeout in seconds
     # @raise [ArgumentError] a negative, NaN or infinite timeout
     def initialize(loop, io, timeout: nil)
@@ -46,6 +48,13 @@ module Evix
 
       @loop = loop
       @io = io.to_io
+      # Over an SSLSocket OpenSSL moves the bytes and @io, its TCP socket, is
+      # waited on (lib/evix/tls.rb). An ::IO is none: no look-up of OpenSSL,
+      # which would load it where net/http left an autoload for it.
+      if !io.is_a?(::IO) && defined?(::OpenSSL::SSL::SSLSocket) && io.is_a?(::OpenSSL::SSL::SSLSocket)
+        @ssl_socket = io
+        extend TLS::Stream
+      end
       @timeout = timeout
       # Sockets are read and written by recv/send in the extension
       # (read_socket, write_socket); other IOs by Ruby's *_nonblock methods.

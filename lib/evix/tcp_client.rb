@@ -29,10 +29,35 @@ module Evix
     #   (finite, not negative)
     # @param attempt_delay [Numeric] seconds before the next address is tried
     #   while an attempt goes on (finite, not negative)
+    #
+    # With +ssl_context+ the connection is TLS: the handshake (SNI: +hostname+)
+    # runs within what is left of +timeout+ and +handshake_timeout+, and with
+    # +verify+ the server's certificate must chain to a trusted CA and name
+    # +hostname+ (see Evix::TLS::Connector), else OpenSSL::SSL::SSLError.
+    # @param ssl_context [OpenSSL::SSL::SSLContext, nil]
+    # @param hostname [String, nil] the name the server must prove (default +host+)
+    # @param verify [Boolean] false: check nothing beyond what the context does
+    # @param handshake_timeout [Numeric, nil] default Evix::TLS::HANDSHAKE_TIMEOUT
     # @return [Evix::IO]
     # @raise [TypeError, ArgumentError] for a bad host, port, timeout or
-    #   attempt_delay
-    def connect(loop, host, port, timeout: nil, attempt_delay: ATTEMPT_DELAY)
+    #   attempt_delay, or TLS options that do not fit
+    def connect(loop, host, port, timeout: nil, attempt_delay: ATTEMPT_DELAY,
+                ssl_context: nil, hostname: nil, verify: true, handshake_timeout: nil)
+      if ssl_context || hostname || handshake_timeout || verify != true
+        raise ArgumentError, "hostname:, verify: and handshake_timeout: need an ssl_context:" unless ssl_context
+
+        tls = TLS::Connector.new(ssl_context, hostname || host, verify, handshake_timeout)
+      end
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      client = connect_tcp(loop, host, port, timeout, attempt_delay)
+      return client unless tls
+
+      left = timeout && [timeout - (Process.clock_gettime(Process::CLOCK_MONOTONIC) - started), 0].max
+      tls.handshake(loop, client, left)
+    end
+
+    # The TCP connection of #connect (TLS aside).
+    def connect_tcp(loop, host, port, timeout, attempt_delay)
       raise TypeError, "host must be a String (got #{host.inspect})" unless host.is_a?(String)
       raise ArgumentError, "host must not be empty" if host.empty?
 
@@ -92,7 +117,7 @@ module Evix
       false
     end
 
-    private_class_method :numeric?, :resolve_by, :connection, :interleave
+    private_class_method :connect_tcp, :numeric?, :resolve_by, :connection, :interleave
 
     # One connect: the attempts under way, each a non-blocking socket the
     # loop watches until it is writable (connected, or failed: SO_ERROR

@@ -30,12 +30,22 @@ module Evix
     # @param reuse_port [Boolean] set SO_REUSEPORT (one listener per process)
     # @param idle_timeout [Numeric, nil] close connections with no input for
     #   this many seconds (finite, not negative)
+    # @param ssl_context [OpenSSL::SSL::SSLContext, nil] serve TLS with this
+    #   context (set up, and so frozen, here); the block gets each connection
+    #   after its handshake, which fails to #on_error like any handler
+    # @param handshake_timeout [Numeric, nil] seconds a TLS handshake may take
+    #   (default Evix::TLS::HANDSHAKE_TIMEOUT)
     # @raise [TypeError] for a host that is not a String or nil, a port that
-    #   is not an Integer
+    #   is not an Integer, an ssl_context that is not an SSLContext
     # @raise [ArgumentError] for an empty host, a port out of range, a
     #   negative or non-finite idle_timeout, no block, a socket that is not
     #   listening, or a port given with one
-    def initialize(loop, host, port = nil, backlog: 1024, reuse_port: false, idle_timeout: nil, &handler)
+    def initialize(loop, host, port = nil, backlog: 1024, reuse_port: false, idle_timeout: nil,
+                   ssl_context: nil, handshake_timeout: nil, &handler)
+      if ssl_context || handshake_timeout
+        @tls = TLS::Acceptor.new(ssl_context, handshake_timeout)
+        handler &&= @tls.with_handshake(handler)
+      end
       if host.is_a?(::BasicSocket)
         @adopted = TCPServer.check_listening(host, port)
       else
@@ -118,7 +128,7 @@ module Evix
 
     def connection(socket)
       socket.setsockopt(:TCP, :NODELAY, true)
-      super
+      @tls ? Evix::IO.new(@loop, @tls.wrap(socket)) : super
     end
   end
 end
