@@ -16,31 +16,19 @@ Gem::Specification.new do |spec|
   spec.required_ruby_version = ">= 3.1"
   spec.metadata["rubygems_mfa_required"] = "true"
 
-  # The Ruby layer, the Rust crate with the workspace manifest and Cargo.lock (the
-  # extension builds with `cargo build --locked`), signatures and the CLI. Never
-  # specs, benchmarks or build output.
-  root = __dir__
-  dirs = %w[lib ext sig exe examples]
-  root_files = %w[Cargo.toml Cargo.lock README.md LICENSE]
-  build_output = %r{(\A|/)target/|\.(so|bundle|dll|dylib|o)\z|(\A|/)(Makefile|mkmf\.log)\z}
-  candidates =
-    if File.exist?(File.join(root, ".git"))
-      begin
-        # Tracked files plus new ones that .gitignore does not exclude.
-        out = IO.popen(%W[git -C #{root} ls-files -z --cached --others --exclude-standard], err: File::NULL, &:read)
-        out.split("\x0") if Process.last_status.success?
-      rescue SystemCallError # no git executable
-        nil
-      end
-    end
-  candidates ||= Dir.glob("{#{dirs.join(",")}}/**/*", File::FNM_DOTMATCH, base: root) + root_files
-  spec.files = candidates.select do |path|
-    (root_files.include?(path) || dirs.any? { |dir| path.start_with?("#{dir}/") }) &&
-      !path.match?(build_output) && File.file?(File.join(root, path))
-  end.sort
+  # An allow-list: the Ruby layer, signatures, the CLI and examples, and the Rust crate
+  # with the workspace manifest and Cargo.lock (the extension builds with `cargo build
+  # --locked`). Whatever else lies in the checkout (build output, a Makefile or
+  # .sitearchdir.time from an in-place build, target/, specs, benchmarks) stays out,
+  # and so does Rust code only `cargo test` compiles. spec/gem checks the result.
+  packaged = %w[lib/**/*.rb sig/**/*.rbs exe/evix examples/**/*.rb ext/evix/extconf.rb ext/evix/Cargo.toml
+                ext/evix/src/**/*.rs Cargo.toml Cargo.lock README.md LICENSE]
+  rust_tests = %w[ext/evix/src/**/tests/**/* ext/evix/src/**/tests.rs ext/evix/src/**/*_test.rs
+                  ext/evix/src/**/*_tests.rs ext/evix/src/**/testing.rs]
+  spec.files = (Dir.glob(packaged, base: __dir__) - Dir.glob(rust_tests, base: __dir__)).sort
 
   spec.require_paths = ["lib"]
   spec.extensions = ["ext/evix/extconf.rb"]
   spec.bindir = "exe"
-  spec.executables = File.exist?(File.join(root, "exe", "evix")) ? ["evix"] : []
+  spec.executables = spec.files.include?("exe/evix") ? ["evix"] : []
 end

@@ -1,9 +1,43 @@
 # frozen_string_literal: true
 
 require "rbconfig"
-require "rubygems/package"
 require "tmpdir"
 require_relative "evix_build"
+require_relative "gem_check"
+
+# Installs the gem at +gem_file+ into its own GEM_HOME under +dir+ (+name+), checks
+# what the install left and that Ruby loads it from there. +gem_path+: more gem
+# directories to see (the rb_sys stand-in's); +env+: more environment. Returns the
+# installed gem's Makefile, which tells which branch of extconf.rb wrote it.
+def evix_gem_check_install(name, gem_file, dir:, env:, gem_path: [])
+  gem_home = File.join(dir, name)
+  env = env.merge("GEM_HOME" => gem_home, "GEM_PATH" => [gem_home, *gem_path].join(File::PATH_SEPARATOR),
+                  "RUBYLIB" => nil, "RUBYOPT" => nil)
+  started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  sh env, "gem", "install", "--local", "--no-document", "--install-dir", gem_home, gem_file, chdir: dir
+  seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+
+  spec = Gem::Specification.load(File.join(gem_home, "specifications", "evix-#{EvixBuild.version}.gemspec"))
+  spec.base_dir = gem_home # where extension_dir and gem_dir are
+  problems = EvixGemCheck.install_problems(gem_dir: spec.gem_dir, extension_dir: spec.extension_dir,
+                                           packaged: EvixGemCheck.packaged_files(gem_file))
+  abort "gem:check (#{name}): the installed gem is not as packaged:\n  #{problems.join("\n  ")}" unless problems.empty?
+
+  extension = evix_gem_check_load(name, env, gem_home, dir)
+  puts "gem:check (#{name}): OK in #{seconds.round} s: installed as packaged, loads #{extension}"
+  File.read(File.join(spec.gem_dir, "ext", "evix", "Makefile"))
+end
+
+# Loads evix from +gem_home+ in a new Ruby and makes a loop; returns the extension's path.
+def evix_gem_check_load(name, env, gem_home, dir)
+  script = 'p Evix::Loop.new.backend; puts $LOADED_FEATURES.grep(%r{/evix/evix\.\w+\z})'
+  out = IO.popen(env, [RbConfig.ruby, "-revix", "-e", script], chdir: dir, &:read)
+  backend, extension = out.lines.map(&:chomp)
+  return extension if Process.last_status.success? && backend&.match?(/\A:[a-z]\w*\z/) &&
+                      extension&.start_with?(gem_home)
+
+  abort "gem:check (#{name}): expected a backend Symbol and an extension loaded from #{gem_home}, got:\n#{out}"
+end
 
 namespace :gem do
   desc "Build pkg/evix-VERSION.gem"
@@ -12,37 +46,37 @@ namespace :gem do
     sh "gem", "build", "evix.gemspec", "--output", "pkg/evix-#{EvixBuild.version}.gem"
   end
 
-  desc "Build the gem, install it into a scratch GEM_HOME (compiling the extension from " \
-       "the packaged files) and load it from there"
+  desc "Build the gem, check its files against the allow-list, install it twice into scratch GEM_HOMEs " \
+       "(extconf.rb's own Makefile, then rb_sys's with cargo off PATH), check what each left, load it"
   task :check do
     EvixBuild.unbundled do
       Dir.mktmpdir("evix-gem-check-") do |dir|
         gem_file = File.join(dir, "evix-#{EvixBuild.version}.gem")
         sh "gem", "build", "evix.gemspec", "--output", gem_file
+        problems = EvixGemCheck.packaging_problems(EvixGemCheck.packaged_files(gem_file))
+        abort "gem:check: the gem's files are not as allowed:\n  #{problems.join("\n  ")}" unless problems.empty?
 
-        unpackaged = Gem::Package.new(gem_file).contents.grep(%r{\A(spec|bench|target|tmp)/|\.(so|bundle|dll)\z})
-        abort "gem:check: these files must not be in the gem: #{unpackaged.join(", ")}" unless unpackaged.empty?
+        # Both installs build into one CARGO_TARGET_DIR, kept between runs: the second
+        # and later builds only recompile the evix crate. EVIX_GEM_CHECK_COLD=1 builds
+        # like a user's install (and checks that ./target is removed again).
+        cold = ENV["EVIX_GEM_CHECK_COLD"] == "1"
+        env = { "CARGO_TARGET_DIR" => cold ? nil : File.join(EvixBuild::ROOT, "tmp", "gem-check-target") }
 
-        gem_home = File.join(dir, "gems")
-        # The extension's Makefile honours CARGO_TARGET_DIR: keep compiled
-        # dependencies between runs, the evix crate itself is rebuilt every time
-        # (its path differs). EVIX_GEM_CHECK_COLD=1 builds like a user's install.
-        cargo_target = ENV["EVIX_GEM_CHECK_COLD"] == "1" ? nil : File.join(EvixBuild::ROOT, "tmp", "gem-check-target")
-        env = { "GEM_HOME" => gem_home, "GEM_PATH" => gem_home, "RUBYLIB" => nil, "RUBYOPT" => nil,
-                "CARGO_TARGET_DIR" => cargo_target }
-        sh env, "gem", "install", "--local", "--no-document", "--install-dir", gem_home,
-           "./#{File.basename(gem_file)}", chdir: dir
-
-        script = 'p Evix::Loop.new.backend; puts $LOADED_FEATURES.grep(%r{/evix/evix\.\w+\z})'
-        cmd = [RbConfig.ruby, "-revix", "-e", script]
-        puts "GEM_HOME=#{gem_home} #{cmd.join(" ")}"
-        out = IO.popen(env, cmd, chdir: dir, &:read)
-        backend, extension = out.lines.map(&:chomp)
-        unless Process.last_status.success? && backend&.match?(/\A:[a-z]\w*\z/) &&
-               extension&.start_with?(gem_home)
-          abort "gem:check: expected a backend Symbol and an extension loaded from #{gem_home}, got:\n#{out}"
+        plain = evix_gem_check_install("plain", gem_file, dir: dir, env: env)
+        unless plain.include?("evix: build the Rust")
+          abort "gem:check (plain): extconf.rb did not write its own Makefile"
         end
-        puts "gem:check: OK: the installed gem loads (backend #{backend}, extension #{extension})"
+
+        # The rb_sys branch, through the stand-in (the real gem is neither on Debian
+        # nor reachable here), with cargo only in $CARGO_HOME/bin where the defaults
+        # of rb_sys alone would download a toolchain.
+        rb_sys_home = File.join(dir, "rb_sys")
+        EvixGemCheck.install_rb_sys_stand_in(EvixGemCheck::RB_SYS_CURRENT, gem_home: rb_sys_home, work_dir: dir)
+        path = EvixGemCheck.path_without_cargo
+        puts "gem:check (rb_sys): #{path ? "cargo off PATH" : "cargo on PATH (it is not only in $CARGO_HOME/bin)"}"
+        env = env.merge("PATH" => path || ENV.fetch("PATH"))
+        rb_sys = evix_gem_check_install("rb_sys", gem_file, dir: dir, env: env, gem_path: [rb_sys_home])
+        abort "gem:check (rb_sys): rb_sys did not write the Makefile" unless rb_sys.include?("rb_sys stand-in")
       end
     end
   end

@@ -4,28 +4,47 @@
 # exports Init_evix, installed as $(RUBYARCHDIR)/evix.$(DLEXT) (RUBYARCHDIR is
 # $(sitearchdir)/evix, so `require "evix/evix"` finds it).
 #
-# With the rb_sys gem installed, rb_sys writes the Makefile. Without it (Debian's
-# Ruby, no RubyGems.org), this file writes one that runs cargo itself. RubyGems
-# runs `make clean`, `make`, `make install DESTDIR=` here, after pointing
-# sitearchdir/sitelibdir at its own staging directory through RbConfig; the
-# Makefile below takes those from mkmf's `configuration`, so DESTDIR,
-# sitearchdir, sitelibdir and RUBYARCHDIR given on the make command line win.
+# Needs cargo (a Rust toolchain) and libclang (rb-sys generates Ruby's bindings with
+# bindgen); without either this file stops with a message saying what to install.
 #
-# Environment:
-#   CARGO             cargo to run (else `cargo` on PATH, else ~/.cargo/bin/cargo)
+# With the rb_sys gem (0.9.59 or newer, EVIX_MIN_RB_SYS) installed, rb_sys writes the build
+# rules; otherwise (no rb_sys, an older one, EVIX_NO_RB_SYS=1) this file writes them
+# and runs cargo itself. Either way the Makefile starts with evix's settings and ends
+# with evix's clean-up, so both builds find cargo the same way, never download a
+# toolchain, honour the variables below and leave nothing behind but the Makefile.
+# RubyGems runs `make clean`, `make`, `make install DESTDIR=` here, after pointing
+# sitearchdir/sitelibdir at its own staging directory through RbConfig; values given
+# on the make command line win.
+#
+# Environment (read by make, so `make VAR=...` works too, except CARGO):
+#   CARGO             cargo to run (else `cargo` on PATH, else $CARGO_HOME/bin/cargo,
+#                     CARGO_HOME defaulting to ~/.cargo); looked up here, once
 #   CARGO_TARGET_DIR  cargo's target dir (default: ./target in the build dir,
-#                     removed again by `make install` unless EVIX_KEEP_TARGET=1)
+#                     removed again by `make install` unless EVIX_KEEP_TARGET=1;
+#                     a directory you name is never removed, not even by `make clean`)
 #   EVIX_NO_RB_SYS=1  write the plain Makefile even when rb_sys is installed
-#   EVIX_CARGO_FLAGS  extra arguments for `cargo build`
+#   EVIX_CARGO_FLAGS  extra arguments for cargo
+#   LIBCLANG_PATH     where libclang is (as bindgen reads it: only there, if set)
 
 require "mkmf"
 require "rbconfig"
 
 EVIX_CRATE_DIR = File.expand_path(__dir__)
 
-def evix_rb_sys_available?
+# The oldest rb_sys whose Makefile API this file uses (extra_cargo_args,
+# auto_install_rust_toolchain, clean_after_install, CARGO and
+# RB_SYS_CARGO_TARGET_DIR assigned with ?=).
+EVIX_MIN_RB_SYS = "0.9.59"
+
+# true when a usable rb_sys is installed (and loaded); says why when one is not used.
+def evix_use_rb_sys?
   return false if ENV["EVIX_NO_RB_SYS"] == "1"
 
+  require "rb_sys/version"
+  if Gem::Version.new(RbSys::VERSION) < Gem::Version.new(EVIX_MIN_RB_SYS)
+    message "evix: rb_sys #{RbSys::VERSION} is older than #{EVIX_MIN_RB_SYS}; building with evix's own Makefile\n"
+    return false
+  end
   require "rb_sys/mkmf"
   true
 rescue LoadError
@@ -52,6 +71,45 @@ rescue ArgumentError # Dir.home without HOME
   abort "evix: cargo was not found on PATH and HOME is not set; set CARGO=/path/to/cargo"
 end
 
+# Where bindgen (clang-sys) looks for libclang on Linux and FreeBSD, in its order:
+# only $LIBCLANG_PATH when set, else llvm-config's prefix, the linker's library
+# paths and the usual system directories.
+def evix_libclang_dirs
+  return [ENV["LIBCLANG_PATH"]] if ENV["LIBCLANG_PATH"]
+
+  prefix = evix_llvm_prefix
+  dirs = prefix ? %w[bin lib lib64].map { |sub| File.join(prefix, sub) } : []
+  dirs += %w[LD_LIBRARY_PATH LIBRARY_PATH].flat_map { |var| ENV.fetch(var, "").split(File::PATH_SEPARATOR) }
+  dirs + Dir.glob(%w[/usr/local/llvm*/lib* /usr/local/lib*/*/* /usr/local/lib*/* /usr/local/lib* /usr/lib*/*/*
+                     /usr/lib*/* /usr/lib*])
+end
+
+# `llvm-config --prefix`, or nil without a working llvm-config.
+def evix_llvm_prefix
+  out = IO.popen([ENV.fetch("LLVM_CONFIG_PATH", "llvm-config"), "--prefix"], err: File::NULL, &:read).strip
+  out unless out.empty? || !Process.last_status.success?
+rescue SystemCallError
+  nil
+end
+
+# Stops with a clear message where bindgen would fail later with a long one. Only on
+# the systems whose search this mirrors; elsewhere the build says it itself.
+def evix_check_libclang
+  return unless RbConfig::CONFIG["host_os"].match?(/linux|freebsd/)
+
+  checking_for("libclang") do
+    evix_libclang_dirs.any? do |dir|
+      Dir.glob(%w[libclang.so libclang-*.so libclang.so.* libclang-*.so.*], base: dir)
+         .any? { |name| !name.include?("-cpp.") }
+    end
+  end || abort(<<~MSG)
+    evix: libclang was not found#{" in LIBCLANG_PATH=#{ENV["LIBCLANG_PATH"]}" if ENV["LIBCLANG_PATH"]}.
+    rb-sys generates Ruby's bindings with bindgen, which loads libclang: install it
+    (Debian/Ubuntu: apt install libclang-dev; Fedora: dnf install clang-devel) or set
+    LIBCLANG_PATH to the directory that holds libclang.so, and run the installation again.
+  MSG
+end
+
 # File name cargo gives the cdylib of package "evix" on this platform.
 def evix_cargo_library_name
   case RbConfig::CONFIG["host_os"]
@@ -61,20 +119,58 @@ def evix_cargo_library_name
   end
 end
 
-# Rules appended to mkmf's configuration section (which defines DESTDIR, sitearchdir,
-# sitelibdir, RM, COPY, INSTALL_PROG, MAKEDIRS, Q, ECHO, ...).
-EVIX_MAKEFILE_RULES = <<~MAKE
-  #### evix: build the Rust crate with cargo ####
+# First in every Makefile. rb_sys assigns CARGO and RB_SYS_CARGO_TARGET_DIR with ?=,
+# so these win over its defaults ("cargo" on PATH, ./target).
+EVIX_SETTINGS = <<~MAKE
+  #### evix: settings (ext/evix/extconf.rb) ####
 
   CARGO = @CARGO@
-  EVIX_RUBY = @RUBY@
-  CARGO_MANIFEST = @CARGO_MANIFEST@
   EVIX_DEFAULT_TARGET_DIR = $(CURDIR)/target
   CARGO_TARGET_DIR ?= $(EVIX_DEFAULT_TARGET_DIR)
-  CARGO_PROFILE_DIR = $(CARGO_TARGET_DIR)/$(if $(CARGO_BUILD_TARGET),$(CARGO_BUILD_TARGET)/)release
-  CARGO_LIB = @CARGO_LIB@
+  RB_SYS_CARGO_TARGET_DIR = $(CARGO_TARGET_DIR)
   EVIX_CARGO_FLAGS ?=
   EVIX_KEEP_TARGET ?=
+
+MAKE
+
+# Last in every Makefile: what `make clean` and `make install` remove. A target dir
+# the user named is theirs (shared between builds), so only the default one goes.
+EVIX_CLEAN_UP = <<~MAKE
+
+  #### evix: clean-up (ext/evix/extconf.rb) ####
+
+  ifeq ($(CARGO_TARGET_DIR),$(EVIX_DEFAULT_TARGET_DIR))
+  EVIX_OWN_TARGET_DIR = $(EVIX_DEFAULT_TARGET_DIR)
+  endif
+  ifneq ($(EVIX_KEEP_TARGET),1)
+  EVIX_INSTALL_REMOVES = $(EVIX_OWN_TARGET_DIR)
+  endif
+
+  # mkmf's and rb_sys's `clean` remove $(CLEANLIBS) $(CLEANOBJS); rb_sys's would
+  # take $(CARGO_TARGET_DIR)/release with it.
+  CLEANLIBS = $(DLLIB)
+  CLEANOBJS = $(EVIX_OWN_TARGET_DIR)
+
+  .PHONY: evix-clean-up
+  install: evix-clean-up
+
+  # After the library is installed, the build dir goes back to what the gem
+  # shipped plus the Makefile (RubyGems builds in the installed gem's ext/evix).
+  evix-clean-up: install-so
+  \t$(Q) $(RM) $(DLLIB) .sitearchdir.time
+  \t$(Q) $(RM_RF) $(EVIX_INSTALL_REMOVES)
+MAKE
+
+# The build rules when rb_sys does not write them; mkmf's configuration section
+# (DESTDIR, sitearchdir, sitelibdir, RM, COPY, INSTALL_PROG, MAKEDIRS, Q, ECHO, ...)
+# comes before them.
+EVIX_CARGO_RULES = <<~MAKE
+  #### evix: build the Rust crate with cargo ####
+
+  EVIX_RUBY = @RUBY@
+  CARGO_MANIFEST = @CARGO_MANIFEST@
+  CARGO_PROFILE_DIR = $(CARGO_TARGET_DIR)/$(if $(CARGO_BUILD_TARGET),$(CARGO_BUILD_TARGET)/)release
+  CARGO_LIB = @CARGO_LIB@
 
   TARGET = evix
   DLEXT = @DLEXT@
@@ -110,12 +206,10 @@ EVIX_MAKEFILE_RULES = <<~MAKE
   \t$(Q) $(MAKEDIRS) "$(RUBYARCHDIR)"
   \t$(Q) $(RM) "$(RUBYARCHDIR)/$(DLLIB)"
   \t$(Q) $(INSTALL_PROG) $(DLLIB) "$(RUBYARCHDIR)/$(DLLIB)"
-  \t$(Q) if [ "$(CARGO_TARGET_DIR)" = "$(EVIX_DEFAULT_TARGET_DIR)" ] && [ "$(EVIX_KEEP_TARGET)" != 1 ]; then \\
-  \t\t$(RM_RF) "$(EVIX_DEFAULT_TARGET_DIR)"; fi
 
   clean:
-  \t$(Q) $(RM) $(DLLIB)
-  \t$(Q) $(RM_RF) "$(EVIX_DEFAULT_TARGET_DIR)"
+  \t$(Q) $(RM) $(CLEANLIBS)
+  \t$(Q) $(RM_RF) $(CLEANOBJS)
 
   distclean realclean: clean
   \t$(Q) $(RM) Makefile mkmf.log
@@ -123,24 +217,33 @@ EVIX_MAKEFILE_RULES = <<~MAKE
   FORCE:
 MAKE
 
-def evix_write_cargo_makefile
-  values = {
-    "@CARGO@" => evix_find_cargo,
-    "@RUBY@" => RbConfig.ruby,
-    "@CARGO_MANIFEST@" => File.join(EVIX_CRATE_DIR, "Cargo.toml"),
-    "@CARGO_LIB@" => evix_cargo_library_name,
-    "@DLEXT@" => RbConfig::CONFIG.fetch("DLEXT")
-  }
-  # Make expands "$"; the recipes double-quote every path for the shell.
-  rules = EVIX_MAKEFILE_RULES.gsub(/@[A-Z_]+@/) { |key| values.fetch(key).gsub("$", "$$") }
-  File.write("Makefile", "#{configuration(EVIX_CRATE_DIR).join}\n#{rules}")
+# Make expands "$"; the recipes double-quote every path for the shell.
+def evix_fill(template, values)
+  template.gsub(/@[A-Z_]+@/) { |key| values.fetch(key).gsub("$", "$$") }
 end
 
-if evix_rb_sys_available?
+def evix_cargo_makefile
+  rules = evix_fill(EVIX_CARGO_RULES, "@RUBY@" => RbConfig.ruby,
+                                      "@CARGO_MANIFEST@" => File.join(EVIX_CRATE_DIR, "Cargo.toml"),
+                                      "@CARGO_LIB@" => evix_cargo_library_name,
+                                      "@DLEXT@" => RbConfig::CONFIG.fetch("DLEXT"))
+  "#{configuration(EVIX_CRATE_DIR).join}\n#{rules}"
+end
+
+def evix_rb_sys_makefile
   create_rust_makefile("evix/evix") do |r|
     r.profile = ENV.fetch("RB_SYS_CARGO_PROFILE", :release).to_sym
-    r.extra_cargo_args += ["--locked"]
+    # Make expands $(EVIX_CARGO_FLAGS) when it runs cargo, as in the plain Makefile.
+    r.extra_cargo_args += ["--locked", "$(EVIX_CARGO_FLAGS)"]
+    # cargo was found above; never fetch a toolchain with curl instead.
+    r.auto_install_rust_toolchain = false
+    # evix's clean-up below removes what is evix's to remove.
+    r.clean_after_install = false
   end
-else
-  evix_write_cargo_makefile
+  File.read("Makefile")
 end
+
+cargo = evix_find_cargo
+evix_check_libclang
+rules = evix_use_rb_sys? ? evix_rb_sys_makefile : evix_cargo_makefile
+File.write("Makefile", evix_fill(EVIX_SETTINGS, "@CARGO@" => cargo) + rules + EVIX_CLEAN_UP)
