@@ -12,15 +12,18 @@ module Evix
     # Evix::IO. A refused or unreachable peer raises the real errno (with
     # "host:port" in the message); no answer within +timeout+ raises
     # Evix::TimeoutError. Host names are resolved on a helper thread.
+    # +write_high_water+ is the connection's Evix::IO#write_high_water.
     # @return [Evix::IO]
-    def connect(loop, host, port, timeout: nil)
+    def connect(loop, host, port, timeout: nil, write_high_water: IO::WRITE_HIGH_WATER)
       raise Error, "Evix::TCPClient.connect must be called inside a task" unless Task.current
+
+      IO.high_water(write_high_water)
 
       deadline = timeout && (Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout)
       addresses = resolve(loop, host, port)
       # Like TCPSocket: try each address in turn, report the last failure.
       addresses.each_with_index do |address, index|
-        return attempt(loop, address, "#{host}:#{port}", deadline)
+        return attempt(loop, address, "#{host}:#{port}", deadline, write_high_water)
       rescue SystemCallError
         raise if index == addresses.size - 1
       end
@@ -36,9 +39,9 @@ module Evix
       loop.offload { Addrinfo.getaddrinfo(host, port, nil, :STREAM) }
     end
 
-    def attempt(loop, address, name, deadline)
+    def attempt(loop, address, name, deadline, write_high_water)
       socket = Socket.new(address.afamily, :STREAM)
-      client = Evix::IO.new(loop, socket)
+      client = Evix::IO.new(loop, socket, write_high_water: write_high_water)
       establish(client, socket, address, name, deadline)
       client
     rescue StandardError, CancelledError

@@ -19,9 +19,13 @@ module Evix
     # @param reuse_port [Boolean] set SO_REUSEPORT (one listener per process)
     # @param idle_timeout [Numeric, nil] close connections with no input for
     #   this many seconds (finite, not negative)
+    # @param write_high_water [Integer] each connection's Evix::IO#write_high_water
     # @raise [ArgumentError] for a negative or non-finite idle_timeout
-    def initialize(loop, host, port, backlog: 1024, reuse_port: false, idle_timeout: nil, &handler)
+    def initialize(loop, host, port, backlog: 1024, reuse_port: false, idle_timeout: nil,
+                   write_high_water: IO::WRITE_HIGH_WATER, &handler)
       raise ArgumentError, "Evix::TCPServer.new requires a block" unless handler
+
+      @write_high_water = IO.high_water(write_high_water)
 
       @loop = loop
       @handler = handler
@@ -153,7 +157,7 @@ module Evix
 
     def start(socket)
       socket.setsockopt(:TCP, :NODELAY, true) if socket.local_address.ip?
-      client = Evix::IO.new(@loop, socket)
+      client = Evix::IO.new(@loop, socket, write_high_water: @write_high_water)
       @clients[client] = @loop.spawn { serve(client) }
       @connections += 1
     end
