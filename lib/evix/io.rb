@@ -20,10 +20,10 @@ module Evix
   # No flush is needed: #write (and #puts, #print, #<<) returns when the
   # kernel has every byte, and nothing is buffered in Ruby. Only #try_write
   # queues, and only what the kernel does not take at once; the loop writes
-  # that queue in the background, and #flush waits for it (see io/output.rb).
+  # that queue in the background, and #flush waits for it (see io_output.rb).
   #
   # Input is buffered: #gets and the other reads hand out a buffer that one
-  # system call filled with up to CHUNK bytes (see io/input.rb).
+  # system call filled with up to CHUNK bytes (see io_input.rb).
   class IO
     CHUNK = 16 * 1024
     # Full reads in a row before a read gives the other fibers a turn.
@@ -135,7 +135,7 @@ module Evix
     # from several threads (or fibers) at once may interleave; one writer at
     # a time keeps its data in order.
     # @return [Integer] bytes written
-    def write(data, timeout: @timeout)
+    def write(data, timeout: @timeout) # rubocop:disable Metrics/CyclomaticComplexity,Metrics/PerceivedComplexity
       check_timeout(timeout) if timeout && timeout != @timeout
       # What #try_write queued goes first (it belongs to the loop's thread).
       flush(timeout: timeout) if @outbox && Thread.current == @thread
@@ -143,7 +143,8 @@ module Evix
       data = data.to_s
       total = left = data.bytesize
       until data.empty?
-        written = write_some(data)
+        # #write_some, written out: a method call fewer on the echo path.
+        written = @socket ? write_socket(@io, data) : @io.write_nonblock(data, exception: false)
         break if written == left # the usual case: the kernel took it all
 
         # Go on with the rest as a copy-on-write slice of our own: the caller
@@ -230,8 +231,8 @@ module Evix
 
     private
 
-    # The one raw write: how many bytes of +data+ the kernel takes now, or
-    # :wait_writable when it takes none.
+    # The raw write: how many bytes of +data+ the kernel takes now, or
+    # :wait_writable when it takes none (#write has it written out).
     def write_some(data)
       @socket ? write_socket(@io, data) : @io.write_nonblock(data, exception: false)
     end
@@ -358,5 +359,5 @@ module Evix
   end
 end
 
-require_relative "io/input"
-require_relative "io/output"
+require_relative "io_input"
+require_relative "io_output"

@@ -104,7 +104,7 @@ RSpec.describe Evix::IO, "buffered input" do
     end
 
     it "reads 100,000 buffered lines, and a line far longer than a read chunk, every byte in order" do
-      long = "L" * (3 * Evix::IO::CHUNK + 5)
+      long = "L" * ((3 * Evix::IO::CHUNK) + 5)
       lines = Array.new(100_000) { |i| "line #{i}\r\n" }
       lines.insert(50_000, "#{long}\r\n")
       data = lines.join

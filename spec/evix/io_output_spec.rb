@@ -49,7 +49,7 @@ RSpec.describe Evix::IO, "output" do
     recursive = [1].tap { |array| array << array }
     no_string = Object.new.tap { |object| def object.to_s = nil }
     [
-      [], ["line"], ["line\n"], [nil], [[]], [[[], []]], [1, :two, 3.0], [["a", ["b\n", "c"]], "d"],
+      [], ["line"], ["line\n"], [nil], [[]], [[[], []]], [1, :two, 3.0], [["a", %W[b\n c]], "d"],
       ["caf\u00e9", "\xff\xfe".b], [recursive], [no_string], [""]
     ].each do |args|
       it "puts(#{args.map(&:inspect).join(", ")}) writes what IO#puts writes" do
@@ -166,14 +166,19 @@ RSpec.describe Evix::IO, "output" do
       peer.close
       ev.run # the queue's watcher sees the error and stops
       broken = [Errno::ECONNRESET, Errno::EPIPE]
-      expect { io.try_write("more") }.to raise_error { |e| expect(broken).to include(e.class) }
-      expect { in_task { io.flush } }.to raise_error { |e| expect(broken).to include(e.class) }
+      expect { io.try_write("more") }.to(raise_error { |e| expect(broken).to include(e.class) })
+      expect { in_task { io.flush } }.to(raise_error { |e| expect(broken).to include(e.class) })
       expect(ev.stats[:watchers]).to eq(0)
     end
 
     it "checks its argument and the thread at the call" do
       io
-      expect { Thread.new { Thread.current.report_on_exception = false; io.try_write("x") }.value }.to raise_error(Evix::Error, /thread/)
+      expect do
+        Thread.new do
+          Thread.current.report_on_exception = false
+          io.try_write("x")
+        end.value
+      end.to raise_error(Evix::Error, /thread/)
       expect(io.try_write(12)).to eq(2) # any object, by its to_s, like #write
       expect(read_available(peer)).to eq("12")
     end
@@ -243,7 +248,9 @@ RSpec.describe Evix::IO, "output" do
     end
 
     it "rejects a negative or non-Integer mark at the call" do
-      expect { described_class.new(ev, pair[0], write_high_water: -1) }.to raise_error(ArgumentError, /write_high_water/)
+      expect do
+        described_class.new(ev, pair[0], write_high_water: -1)
+      end.to raise_error(ArgumentError, /write_high_water/)
       expect { described_class.new(ev, pair[0], write_high_water: 1.5) }.to raise_error(TypeError, /write_high_water/)
       expect { io.write_high_water = nil }.to raise_error(TypeError, /write_high_water/)
       expect(io.write_high_water).to eq(Evix::IO::WRITE_HIGH_WATER)
@@ -283,7 +290,8 @@ RSpec.describe Evix::IO, "output" do
           server.close
         end
         ev.run
-        (server_local, server_remote), (client_local, client_remote) = server_side, client_side
+        (server_local, server_remote) = server_side
+        (client_local, client_remote) = client_side
         [*server_side, *client_side].each do |address|
           expect(address).to be_a(Addrinfo)
           expect(address.ip_address).to eq(host)

@@ -1,5 +1,5 @@
 //! `Evix::IO#gets`'s fast path, as a private method (the rest of the class
-//! is in lib/evix/io.rb and lib/evix/io/input.rb): find a whole line in the
+//! is in lib/evix/io.rb and lib/evix/io_input.rb): find a whole line in the
 //! buffer and copy it out in one call. In Ruby that is `String#index` and
 //! `String#byteslice`, two method calls with encoding checks that cost more
 //! than stdlib `IO#gets` does for the whole line.
