@@ -107,6 +107,7 @@ module Evix
     private
 
     # #gets with keywords, or with nothing to hand out at once.
+    # rubocop:disable Metrics
     def gets_with_keywords(separator, limit, keywords)
       if keywords.nil? && separator.is_a?(Hash)
         keywords = separator
@@ -115,17 +116,28 @@ module Evix
         keywords = limit
         limit = nil
       end
-      timeout, chomp = line_keywords(keywords)
-      check_timeout(timeout, @timeout)
-      check_open
+      timeout = @timeout
+      chomp = false
+      keywords&.each_pair do |key, value|
+        case key
+        when :timeout then timeout = value
+        when :chomp then chomp = value
+        else raise ArgumentError, "unknown keyword: #{key.inspect}"
+        end
+      end
+      check_timeout(timeout) if timeout && timeout != @timeout
+      raise ClosedError, "IO is closed" if @io.closed?
+
       if (line = buffered_line(@buffer, @offset, separator, limit, chomp))
         offset = @offset + line.size
-        offset += chomped(offset, separator) if chomp
+        # A chomped line leaves its separator behind it, and the "\r" before a "\n".
+        offset += separator == NEWLINE && @buffer.getbyte(offset) == CR ? 2 : separator.bytesize if chomp
         consume_to(offset)
         return line
       end
       read_line(separator, limit, timeout, chomp)
     end
+    # rubocop:enable Metrics
 
     # Moves the start of what is buffered to +offset+ (#gets inlines this).
     def consume_to(offset)
@@ -135,16 +147,6 @@ module Evix
       else
         @offset = offset
       end
-    end
-
-    # [timeout, chomp] from #gets' keywords.
-    def line_keywords(keywords)
-      return [@timeout, false] unless keywords
-
-      keywords.each_key do |key|
-        raise ArgumentError, "unknown keyword: #{key.inspect}" unless %i[timeout chomp].include?(key)
-      end
-      [keywords.fetch(:timeout, @timeout), keywords.fetch(:chomp, false)]
     end
 
     # #gets when the line is not all buffered yet, or for a limit, paragraph
@@ -215,12 +217,6 @@ module Evix
     # String#chomp("\n") does.
     def chomp_at(buffer, start, at, separator)
       at > start && separator == NEWLINE && buffer.getbyte(at - 1) == CR ? at - 1 : at
-    end
-
-    # The bytes a chomped line ending at +offset+ of the buffer left there:
-    # the separator, and the "\r" before a "\n".
-    def chomped(offset, separator)
-      separator == NEWLINE && @buffer.getbyte(offset) == CR ? 2 : separator.bytesize
     end
 
     # Paragraph mode: the newlines before a paragraph are not part of it.
