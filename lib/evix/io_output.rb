@@ -81,9 +81,10 @@ module Evix
       raise
     end
 
-    # @return [Integer] bytes #try_write queued that the kernel has not taken yet
+    # @return [Integer] bytes #try_write queued that the kernel has not taken
+    #   yet (0 once the IO is closed: they never will be)
     def queued_bytes
-      @outbox ? @outbox.bytesize : 0
+      @outbox && !@io.closed? ? @outbox.bytesize : 0
     end
 
     # Waits until every byte #try_write queued is with the kernel. With

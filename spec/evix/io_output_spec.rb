@@ -193,6 +193,18 @@ RSpec.describe Evix::IO, "output" do
     end
   end
 
+  describe "after IO#close on the wrapped IO itself" do
+    it "forgets the queue: queued_bytes is 0, try_write and flush raise Evix::ClosedError, the loop ends" do
+      fill_up(pair[0])
+      io.try_write("queued")
+      pair[0].close
+      ev.run
+      expect(io.queued_bytes).to eq(0)
+      expect { io.try_write("x") }.to raise_error(Evix::ClosedError)
+      expect { io.flush }.to raise_error(Evix::ClosedError)
+    end
+  end
+
   describe "#flush" do
     it "returns at once with nothing queued, even outside a task" do
       expect(io.flush).to equal(io)
