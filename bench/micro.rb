@@ -18,6 +18,7 @@ REPS = 3
 TIMERS = [(100_000 * SCALE).round, 1].max
 IMMEDIATES = [(1_000_000 * SCALE).round, 1].max
 POSTS = [(100_000 * SCALE).round, 1].max
+LINES = [(100_000 * SCALE).round, 1].max
 # The same random delays (0..50 ms) for every implementation, drawn outside the timed code.
 DELAYS = Random.new(42).then { |r| Array.new(TIMERS) { r.rand * 0.05 } }.freeze
 
@@ -40,6 +41,10 @@ NIO_ROW = "NIO::Selector#wakeup (nio4r #{VERSIONS["nio4r"]})".freeze
 
 def now
   Process.clock_gettime(Process::CLOCK_MONOTONIC)
+end
+
+def cpu
+  Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
 end
 
 def expect(what, got, want)
@@ -178,6 +183,55 @@ ensure
   selector&.close
 end
 
+# --- 5. lines read from bulk input --------------------------------------------------------
+
+# LINES request-like lines, all written at once by a child process into one end of a
+# socketpair; the other end is read line by line until end of file. Timed in CPU time of
+# this process: the cost of the reading, not how the scheduler runs the writer.
+LINE_DATA = Array.new(LINES) { |i| "GET /items/#{i} HTTP/1.1 some header text\r\n" }.join.b.freeze
+
+def line_source
+  reader, writer = Socket.pair(:UNIX, :STREAM)
+  pid = fork do
+    reader.close
+    writer.write(LINE_DATA)
+    exit!(0)
+  end
+  writer.close
+  [reader, pid]
+end
+
+def evix_gets
+  socket, pid = line_source
+  ev = Evix::Loop.new
+  io = ev.wrap(socket)
+  lines, secs = ev.spawn do
+    read = 0
+    t0 = cpu
+    read += 1 while io.gets
+    [read, cpu - t0]
+  end.wait
+  expect("Evix::IO#gets lines", lines, LINES)
+  { "read line by line" => secs }
+ensure
+  io&.close
+  ev&.close
+  Process.wait(pid) if pid
+end
+
+def stdlib_gets
+  socket, pid = line_source
+  read = 0
+  t0 = cpu
+  read += 1 while socket.gets
+  t1 = cpu
+  expect("IO#gets lines", read, LINES)
+  { "read line by line" => t1 - t0 }
+ensure
+  socket&.close
+  Process.wait(pid) if pid
+end
+
 # --- driver ---------------------------------------------------------------------------------
 
 WORKLOADS = [
@@ -189,7 +243,9 @@ WORKLOADS = [
    { "evix" => :evix_immediates, "plain Ruby Array of procs (baseline)" => :array_immediates }],
   ["#{fmt POSTS} cross-thread posts", POSTS,
    { "evix" => :evix_posts, NIO_ROW => :nio_wakeups,
-     "Thread::Queue push/pop of procs (baseline)" => :thread_queue_posts }]
+     "Thread::Queue push/pop of procs (baseline)" => :thread_queue_posts }],
+  ["#{fmt LINES} buffered lines", LINES,
+   { "evix" => :evix_gets, "stdlib IO#gets on the socket (baseline)" => :stdlib_gets }]
 ].freeze
 
 PEER_LIB = { TIMERS_ROW => "timers", NIO_ROW => "nio4r" }.freeze
@@ -234,7 +290,11 @@ notes = [
   "Immediates: async 1.30 has no next_tick; the baseline pushes procs onto an Array and " \
   "drains it with shift + call.",
   "Cross-thread posts: from starting the poster thread until the loop thread has run the last " \
-  "posted block (evix keeps the loop alive with a long timer and calls `stop` in the last block)."
+  "posted block (evix keeps the loop alive with a long timer and calls `stop` in the last block).",
+  "Buffered lines: a child process writes #{fmt LINES} lines of 44 bytes at once into a UNIX " \
+  "socketpair; `Evix::IO#gets` in a task and stdlib `IO#gets` on the plain socket each read " \
+  "them all, line by line, until end of file. Timed in CPU time of the reading process " \
+  "(CLOCK_PROCESS_CPUTIME_ID), not wall time, so the writer's scheduling is left out."
 ]
 (%w[timers async nio4r] - VERSIONS.keys).each { |gem| notes << "#{gem} is not installed: its rows are skipped." }
 unless @nio_selects.empty?
@@ -252,7 +312,7 @@ report = <<~MD
   - `uname -m`: #{Etc.uname[:machine]}
   - CPU: #{cpu ? cpu.split(":", 2).last.strip : "unknown"} (#{Etc.nprocessors} online)
   - Versions: #{VERSIONS.map { |name, v| "#{name} #{v}" }.join(", ")}; evix backend: #{backend}
-  - EVIX_BENCH_SCALE=#{SCALE}; best of #{REPS} runs after 1 warm-up; CLOCK_MONOTONIC.
+  - EVIX_BENCH_SCALE=#{SCALE}; best of #{REPS} runs after 1 warm-up; CLOCK_MONOTONIC (buffered lines: CPU time).
 
   #{table.join("\n")}
 

@@ -16,6 +16,14 @@ module Evix
   # The hot path (read, write, the wait between them) avoids method calls and
   # allocations it can do without, and has no Kernel#loop: that C iterator
   # would put two more pages of machine stack under every parked fiber.
+  #
+  # No flush is needed: #write (and #puts, #print, #<<) returns when the
+  # kernel has every byte, and nothing is buffered in Ruby. Only #try_write
+  # queues, and only what the kernel does not take at once; the loop writes
+  # that queue in the background, and #flush waits for it (see io_output.rb).
+  #
+  # Input is buffered: #gets and the other reads hand out a buffer that one
+  # system call filled with up to CHUNK bytes (see io_input.rb).
   class IO
     CHUNK = 16 * 1024
     # Full reads in a row before a read gives the other fibers a turn.
@@ -39,11 +47,14 @@ module Evix
     #   non-blocking mode. Over an SSLSocket reads and writes are TLS (see
     #   Evix::TLS::Stream; its handshake: #accept_tls or #connect_tls).
     # @param timeout [Numeric, nil] default per-operation timeout in seconds
-    # @raise [ArgumentError] a negative, NaN or infinite timeout
-    def initialize(loop, io, timeout: nil)
+    # @param write_high_water [Integer] bytes #try_write may queue (see there)
+    # @raise [ArgumentError] a negative, NaN or infinite timeout, a negative
+    #   write_high_water
+    def initialize(loop, io, timeout: nil, write_high_water: WRITE_HIGH_WATER)
       raise TypeError, "io must be an IO (got #{io.inspect})" unless io.respond_to?(:to_io)
 
       check_timeout(timeout)
+      @write_high_water = IO.high_water(write_high_water)
       raise ClosedError, "IO is closed" if io.to_io.closed?
 
       @loop = loop
@@ -60,7 +71,15 @@ module Evix
       # (read_socket, write_socket); other IOs by Ruby's *_nonblock methods.
       @socket = @io.is_a?(::BasicSocket)
       @scratch = loop.read_buffer unless @socket
+      # Input read but not handed out yet: the bytes of @buffer from @offset
+      # on. An empty @buffer is the one way of having nothing buffered.
       @buffer = String.new(encoding: Encoding::BINARY)
+      @offset = 0
+      # What #try_write queued (nil: nothing), the watcher that writes it,
+      # and the error that stopped that watcher.
+      @outbox = nil
+      @drainer = nil
+      @write_error = nil
       # The fiber waiting to read, the usual lone waiter; any further
       # readers go in @readers. #close_read ends their waits.
       @reader = nil
@@ -103,51 +122,18 @@ module Evix
 
       check_timeout(timeout, @timeout)
       check_open
-      while @buffer.bytesize < length
+      while @buffer.bytesize - @offset < length
         next if fill(timeout)
         return nil if @buffer.empty?
 
-        raise EOFError, "end of file after #{@buffer.bytesize} of #{length} bytes"
+        raise EOFError, "end of file after #{@buffer.bytesize - @offset} of #{length} bytes"
       end
       take(length)
     end
 
-    # Reads a line ending in +separator+ (at most +limit+ bytes); nil at end
-    # of file. An empty separator reads a paragraph, like IO#gets(""); a nil
-    # one reads to end of file. A negative limit is no limit, as for IO#gets.
-    # @return [String, nil]
-    def gets(separator = $INPUT_RECORD_SEPARATOR, limit = nil, timeout: @timeout)
-      check_timeout(timeout, @timeout)
-      check_open
-      if separator.is_a?(Integer)
-        limit = separator
-        separator = $INPUT_RECORD_SEPARATOR
-      end
-      limit = nil if limit&.negative?
-      paragraph = separator&.empty?
-      separator = "\n\n" if paragraph
-      until (line = line_from_buffer(separator, limit, paragraph))
-        next if fill(timeout)
-
-        return @buffer.empty? ? nil : take(@buffer.bytesize)
-      end
-      line
-    end
-
-    # Yields each line until end of file (see #gets). A limit of 0 raises
-    # ArgumentError, as for IO#each_line: it would yield "" forever.
-    # @return [self]
-    def each_line(separator = $INPUT_RECORD_SEPARATOR, limit = nil, &block)
-      return enum_for(:each_line, separator, limit) unless block
-      raise ArgumentError, "invalid limit: 0 for each_line" if (separator.is_a?(Integer) ? separator : limit)&.zero?
-
-      while (line = gets(separator, limit))
-        yield line
-      end
-      self
-    end
-
-    # Writes all of +data+, waiting whenever the kernel buffer is full.
+    # Writes all of +data+, waiting whenever the kernel buffer is full; it
+    # returns when the kernel has every byte (nothing to flush). On the
+    # loop's thread, bytes #try_write queued are written first.
     #
     # Safe from a thread other than the one that wrapped the IO: the bytes go
     # out from the calling thread and, when the kernel buffer is full, that
@@ -158,12 +144,15 @@ module Evix
     # from several threads (or fibers) at once may interleave; one writer at
     # a time keeps its data in order.
     # @return [Integer] bytes written
-    def write(data, timeout: @timeout)
+    def write(data, timeout: @timeout) # rubocop:disable Metrics/CyclomaticComplexity,Metrics/PerceivedComplexity
       check_timeout(timeout) if timeout && timeout != @timeout
+      # What #try_write queued goes first (it belongs to the loop's thread).
+      flush(timeout: timeout) if @outbox && Thread.current == @thread
       # write_nonblock writes the bytes whatever the encoding: no binary copy.
       data = data.to_s
       total = left = data.bytesize
       until data.empty?
+        # #write_some, written out: a method call fewer on the echo path.
         written = @socket ? write_socket(@io, data) : @io.write_nonblock(data, exception: false)
         break if written == left # the usual case: the kernel took it all
 
@@ -214,7 +203,9 @@ module Evix
       end
 
       @idle_timer&.cancel
-      @buffer.clear
+      @buffer = +EMPTY
+      @offset = 0
+      drop_outbox
       @loop.release_io(@io) unless @loop.closed?
       @io.close
       nil
@@ -230,7 +221,30 @@ module Evix
       @io.fileno
     end
 
+    # The address of the other end (BasicSocket#remote_address), read once
+    # and kept: it stays known after the peer resets the connection.
+    # @return [Addrinfo, nil] nil for an IO that is not a socket
+    # @raise [Evix::ClosedError] once closed
+    def remote_address
+      check_open
+      @remote_address ||= (@io.remote_address if @socket)
+    end
+
+    # The address of this end (BasicSocket#local_address).
+    # @return [Addrinfo, nil] nil for an IO that is not a socket
+    # @raise [Evix::ClosedError] once closed
+    def local_address
+      check_open
+      @local_address ||= (@io.local_address if @socket)
+    end
+
     private
+
+    # The raw write: how many bytes of +data+ the kernel takes now, or
+    # :wait_writable when it takes none (#write has it written out).
+    def write_some(data)
+      @socket ? write_socket(@io, data) : @io.write_nonblock(data, exception: false)
+    end
 
     def check_open
       raise ClosedError, "IO is closed" if @io.closed?
@@ -248,14 +262,6 @@ module Evix
       return if timeout.real? && timeout.finite? && timeout >= 0
 
       raise ArgumentError, "timeout must be a finite, non-negative number of seconds (got #{timeout.inspect})"
-    end
-
-    # Reads more into the buffer; false at end of file.
-    def fill(timeout)
-      chunk = read_chunk(CHUNK, timeout) or return false
-      # The chunk is ours: an empty buffer becomes it, no copy.
-      @buffer.empty? ? @buffer = chunk : @buffer << chunk
-      true
     end
 
     # The next chunk of input, a String of its own, or nil at end of file;
@@ -329,25 +335,6 @@ module Evix
       chunk.is_a?(String) ? EMPTY + chunk : chunk
     end
 
-    # The first +length+ bytes of the buffer; the whole buffer is handed over
-    # as is (no copy, and no capacity left behind on an idle connection).
-    def take(length)
-      return @buffer.slice!(0, length) if length < @buffer.bytesize
-
-      taken = @buffer
-      @buffer = +EMPTY
-      taken
-    end
-
-    def line_from_buffer(separator, limit, paragraph)
-      @buffer.sub!(/\A\n+/, "") if paragraph
-      index = separator && @buffer.index(separator)
-      return take(index + separator.bytesize) if index && (limit.nil? || index + separator.bytesize <= limit)
-      return take(limit) if limit && @buffer.bytesize >= limit
-
-      nil
-    end
-
     # Waits for +events+; on a closed IO wait_io raises Evix::ClosedError.
     # After close_read a wait to read returns at once.
     def wait(events, timeout)
@@ -380,3 +367,6 @@ module Evix
     end
   end
 end
+
+require_relative "io_input"
+require_relative "io_output"

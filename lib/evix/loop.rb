@@ -24,8 +24,8 @@ module Evix
 
     # Wraps an IO for fiber-friendly, non-blocking use inside tasks.
     # @return [Evix::IO]
-    def wrap(io, timeout: nil)
-      Evix::IO.new(self, io, timeout: timeout)
+    def wrap(io, timeout: nil, write_high_water: Evix::IO::WRITE_HIGH_WATER)
+      Evix::IO.new(self, io, timeout: timeout, write_high_water: write_high_water)
     end
 
     # A scratch String that Evix::IO reads into before copying what arrived,

@@ -38,11 +38,14 @@ module Evix
     # @param loop [Evix::Loop]
     # @param idle_timeout [Numeric, nil] close connections with no input for
     #   this many seconds (finite, not negative)
+    # @param write_high_water [Integer] each connection's
+    #   Evix::IO#write_high_water
     # @raise [ArgumentError] without a block, or for a negative or non-finite
-    #   idle_timeout
-    def initialize(loop, idle_timeout: nil, &handler)
+    #   idle_timeout, or a write_high_water that is not a positive Integer
+    def initialize(loop, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, &handler)
       raise ArgumentError, "#{self.class}.new requires a block" unless handler
 
+      @write_high_water = IO.high_water(write_high_water)
       @loop = loop
       @handler = handler
       @idle_timeout = idle_timeout && Server.seconds(idle_timeout, "idle_timeout")
@@ -116,7 +119,7 @@ module Evix
     # cannot wait); a subclass sets socket options here, or wraps the socket
     # (TLS) before calling super.
     def connection(socket)
-      Evix::IO.new(@loop, socket)
+      Evix::IO.new(@loop, socket, write_high_water: @write_high_water)
     end
 
     def accept_all

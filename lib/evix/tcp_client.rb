@@ -38,11 +38,14 @@ module Evix
     # @param hostname [String, nil] the name the server must prove (default +host+)
     # @param verify [Boolean] false: check nothing beyond what the context does
     # @param handshake_timeout [Numeric, nil] default Evix::TLS::HANDSHAKE_TIMEOUT
+    # @param write_high_water [Integer] the connection's Evix::IO#write_high_water
     # @return [Evix::IO]
     # @raise [TypeError, ArgumentError] for a bad host, port, timeout or
     #   attempt_delay, or TLS options that do not fit
     def connect(loop, host, port, timeout: nil, attempt_delay: ATTEMPT_DELAY,
-                ssl_context: nil, hostname: nil, verify: true, handshake_timeout: nil)
+                ssl_context: nil, hostname: nil, verify: true, handshake_timeout: nil,
+                write_high_water: IO::WRITE_HIGH_WATER)
+      IO.high_water(write_high_water)
       if ssl_context || hostname || handshake_timeout || verify != true
         raise ArgumentError, "hostname:, verify: and handshake_timeout: need an ssl_context:" unless ssl_context
 
@@ -50,6 +53,7 @@ module Evix
       end
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       client = connect_tcp(loop, host, port, timeout, attempt_delay)
+      client.write_high_water = write_high_water
       return client unless tls
 
       left = timeout && [timeout - (Process.clock_gettime(Process::CLOCK_MONOTONIC) - started), 0].max

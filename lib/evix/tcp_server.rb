@@ -41,7 +41,7 @@ module Evix
     #   negative or non-finite idle_timeout, no block, a socket that is not
     #   listening, or a port given with one
     def initialize(loop, host, port = nil, backlog: 1024, reuse_port: false, idle_timeout: nil,
-                   ssl_context: nil, handshake_timeout: nil, &handler)
+                   ssl_context: nil, handshake_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, &handler)
       if ssl_context || handshake_timeout
         @tls = TLS::Acceptor.new(ssl_context, handshake_timeout)
         handler &&= @tls.with_handshake(handler)
@@ -54,7 +54,7 @@ module Evix
       end
       @backlog = backlog
       @reuse_port = reuse_port
-      super(loop, idle_timeout: idle_timeout, &handler)
+      super(loop, idle_timeout: idle_timeout, write_high_water: write_high_water, &handler)
     end
 
     # @return [Integer] the bound port
@@ -128,7 +128,7 @@ module Evix
 
     def connection(socket)
       socket.setsockopt(:TCP, :NODELAY, true)
-      @tls ? Evix::IO.new(@loop, @tls.wrap(socket)) : super
+      @tls ? Evix::IO.new(@loop, @tls.wrap(socket), write_high_water: @write_high_water) : super
     end
   end
 end

@@ -72,6 +72,13 @@ module Evix
         handshake(:connect_nonblock, timeout)
       end
 
+      # Not over TLS: OpenSSL must see a record written again with the same
+      # bytes, which a queue written behind the caller's back cannot promise.
+      # @raise [Evix::Error] always
+      def try_write(_data)
+        raise Error, "Evix::IO#try_write is not available over TLS: use #write"
+      end
+
       # Writes all of +data+ as TLS records (see Evix::IO#write).
       # @return [Integer] bytes of +data+ written
       # @raise [Evix::Error] when called from a thread other than the loop's

@@ -30,10 +30,10 @@ module Evix
     #   long for sun_path, a negative or non-finite idle_timeout, or no block
     # @raise [Errno::EADDRINUSE] when a server listens on +path+, or a file
     #   that is not a socket is there
-    def initialize(loop, path, backlog: 1024, idle_timeout: nil, &handler)
+    def initialize(loop, path, backlog: 1024, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, &handler)
       @path = UNIXServer.check_path(path)
       @backlog = backlog
-      super(loop, idle_timeout: idle_timeout, &handler)
+      super(loop, idle_timeout: idle_timeout, write_high_water: write_high_water, &handler)
     end
 
     # Stops accepting and removes the socket file; open connections go on.

@@ -357,6 +357,19 @@ RSpec.describe "TLS: Evix::TCPServer and Evix::TCPClient with ssl_context:" do
         expect(result.map(&:first).sort).to eq(%w[a b c])
       end
 
+      it "refuses try_write on #{backend} (a queue OpenSSL cannot see) and leaves the connection whole" do
+        result = in_tls_run(backend) do |ev|
+          client, server = tls_pair(ev)
+          refused = outcome_of { client.try_write("lost?") }
+          client.write("kept\n")
+          line = server.gets(timeout: 5)
+          client.close
+          server.close
+          [refused, line]
+        end
+        expect(result).to match([["Evix::Error", /not available over TLS/], "kept\n"])
+      end
+
       it "closes the connection on #{backend} when a write that OpenSSL must be handed again times out" do
         result = in_tls_run(backend) do |ev|
           client, server = tls_pair(ev)

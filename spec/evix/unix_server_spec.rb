@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "pathname"
 require "spec_helper"
 require "tmpdir"
 require "open3"

@@ -7,6 +7,7 @@
 //! may walk the callbacks from another thread at any time.
 
 pub mod closing;
+pub mod lines;
 pub mod pulse;
 mod registry;
 mod shared;

@@ -4,6 +4,7 @@ mod args;
 mod callback;
 mod errors;
 mod event_loop;
+mod lines;
 mod nogvl;
 mod scheduler;
 mod stall_probe;
@@ -27,6 +28,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     scheduler::init(ruby, evix)?;
     stall_probe::init(ruby, evix)?;
     stream::init(ruby, evix)?;
+    lines::init(ruby, evix)?;
     // magnus's TypedData derive looks each class up lazily, in a OnceLock
     // whose initialiser calls Object.const_get and so may give up the GVL:
     // two threads wrapping their first object at once deadlock (one holds

@@ -311,3 +311,17 @@ pub fn sleep_thread(_ruby: &Ruby, duration: Option<std::time::Duration>) -> Resu
     })
     .map(drop)
 }
+
+/// Bytes `range` of `string` as a new binary String: what `String#byteslice`
+/// makes of a binary String, without a method call. The caller checks the
+/// range against the string's length (a bad one panics, never reads out of
+/// bounds).
+pub fn byteslice(ruby: &Ruby, string: RString, range: std::ops::Range<usize>) -> RString {
+    // SAFETY: `ruby` shows this thread holds the GVL; `string` sits on this
+    // stack, so the conservative GC scan pins it and a GC run by the
+    // allocation below neither moves nor frees its bytes, and no Ruby code
+    // runs that could change it before Ruby has copied them (as Ruby's own
+    // rb_str_new(RSTRING_PTR(str) + beg, len) does).
+    let bytes = unsafe { string.as_slice() };
+    ruby.str_from_slice(&bytes[range])
+}
