@@ -170,6 +170,8 @@ struct Echo {
     buf: Vec<u8>,
     /// Open connections with a message out.
     in_flight: usize,
+    /// Open-loop mode: sends due but not yet started, over all connections.
+    queued: usize,
     errors: u64,
     first_error: Option<String>,
 }
@@ -204,11 +206,43 @@ impl Echo {
             conn.in_flight = false;
             self.in_flight -= 1;
         }
+        self.queued -= conn.queued.len();
+        conn.queued.clear();
         let _ = self.epoll.delete(conn.fd());
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
         self.errors += 1;
         self.first_error
             .get_or_insert_with(|| format!("connection {}: {error}", conn.id));
+    }
+
+    /// Handles connection `index`'s readiness `bits`: finishes a blocked
+    /// write, reads what came back; the time its echo completed, if it did
+    /// (the connection is idle again). Errors close the connection.
+    fn service(&mut self, index: usize, bits: u32) -> Option<Instant> {
+        if !self.conns[index].open {
+            return None;
+        }
+        if bits & WRITE != 0 && self.conns[index].blocked {
+            if let Err(e) = self.conns[index].write(&self.epoll) {
+                self.fail(index, &e);
+                return None;
+            }
+        }
+        if bits & (READ | FAILED) == 0 {
+            return None;
+        }
+        match self.conns[index].read(&mut self.buf) {
+            Ok(false) => None,
+            Ok(true) => {
+                self.conns[index].in_flight = false;
+                self.in_flight -= 1;
+                Some(Instant::now())
+            }
+            Err(e) => {
+                self.fail(index, &e);
+                None
+            }
+        }
     }
 
     /// Runs round trips until `stop` (keeping every latency with `record`).
@@ -251,38 +285,20 @@ impl Echo {
             self.epoll.wait(timeout, &mut ready)?;
             for &(token, bits) in &ready {
                 let i = token as usize;
-                if !self.conns[i].open {
+                let Some(done) = self.service(i, bits) else {
                     continue;
+                };
+                last_progress = done;
+                if deadline.is_some_and(|d| done >= d) {
+                    continue; // after the window: drained, not counted
                 }
-                if bits & WRITE != 0 && self.conns[i].blocked {
-                    if let Err(e) = self.conns[i].write(&self.epoll) {
-                        self.fail(i, &e);
-                        continue;
-                    }
+                round_trips += 1;
+                if record {
+                    latencies_ns.push((done - self.conns[i].sent_at).as_nanos() as u64);
                 }
-                if bits & (READ | FAILED) == 0 {
-                    continue;
-                }
-                match self.conns[i].read(&mut self.buf) {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        let done = Instant::now();
-                        last_progress = done;
-                        self.conns[i].in_flight = false;
-                        self.in_flight -= 1;
-                        if deadline.is_some_and(|d| done >= d) {
-                            continue; // after the window: drained, not counted
-                        }
-                        round_trips += 1;
-                        if record {
-                            latencies_ns.push((done - self.conns[i].sent_at).as_nanos() as u64);
-                        }
-                        if issued < limit {
-                            issued += 1;
-                            self.begin(i);
-                        }
-                    }
-                    Err(e) => self.fail(i, &e),
+                if issued < limit {
+                    issued += 1;
+                    self.begin(i);
                 }
             }
         }
@@ -301,6 +317,7 @@ impl Echo {
     /// Starts connection `index`'s next queued send, stamped with its due time.
     fn begin_queued(&mut self, index: usize) {
         if let Some(due) = self.conns[index].queued.pop_front() {
+            self.queued -= 1;
             self.begin(index);
             self.conns[index].sent_at = due;
         }
@@ -316,7 +333,6 @@ impl Echo {
         // Sends due but not yet answered: a second's worth means the server is
         // that far behind, and waiting on would only measure the queue.
         let limit = (rate as usize).max(self.conns.len());
-        let mut backlog = 0usize;
         let mut next = 0u64;
         let mut saturated = false;
         let mut end = deadline;
@@ -334,9 +350,11 @@ impl Echo {
                 if !self.conns[i].open {
                     continue;
                 }
-                self.conns[i].queued.push_back(start + interval.mul_f64((next - 1) as f64));
-                backlog += 1;
-                if backlog > limit {
+                self.conns[i]
+                    .queued
+                    .push_back(start + interval.mul_f64((next - 1) as f64));
+                self.queued += 1;
+                if self.queued + self.in_flight > limit {
                     saturated = true;
                     end = now;
                 }
@@ -364,43 +382,19 @@ impl Echo {
             self.epoll.wait(timeout, &mut ready)?;
             for &(token, bits) in &ready {
                 let i = token as usize;
-                if !self.conns[i].open {
+                let Some(done) = self.service(i, bits) else {
                     continue;
-                }
-                if bits & WRITE != 0 && self.conns[i].blocked {
-                    if let Err(e) = self.conns[i].write(&self.epoll) {
-                        self.fail(i, &e);
-                        continue;
+                };
+                last_progress = done;
+                if done < deadline && !saturated {
+                    round_trips += 1;
+                    if record {
+                        latencies_ns.push((done - self.conns[i].sent_at).as_nanos() as u64);
                     }
-                }
-                if bits & (READ | FAILED) == 0 {
-                    continue;
-                }
-                match self.conns[i].read(&mut self.buf) {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        let done = Instant::now();
-                        last_progress = done;
-                        self.conns[i].in_flight = false;
-                        self.in_flight -= 1;
-                        backlog -= 1;
-                        if done < deadline && !saturated {
-                            round_trips += 1;
-                            if record {
-                                let latency = done - self.conns[i].sent_at;
-                                latencies_ns.push(latency.as_nanos() as u64);
-                            }
-                            self.begin_queued(i);
-                        } else {
-                            backlog -= self.conns[i].queued.len();
-                            self.conns[i].queued.clear();
-                        }
-                    }
-                    Err(e) => {
-                        backlog -= 1 + self.conns[i].queued.len();
-                        self.conns[i].queued.clear();
-                        self.fail(i, &e);
-                    }
+                    self.begin_queued(i);
+                } else {
+                    self.queued -= self.conns[i].queued.len();
+                    self.conns[i].queued.clear();
                 }
             }
         }
@@ -520,15 +514,19 @@ fn echo(args: &Args, addr: SocketAddr) -> io::Result<bool> {
         ));
     }
     let load = |rate: f64| -> io::Result<Load> {
-        match rate {
-            r if r == 0.0 && count > 0 => Ok(Load::Closed(Stop::Count(count))),
-            r if r == 0.0 => Ok(Load::Closed(Stop::After(Duration::from_secs_f64(duration)))),
-            r if r.is_finite() && r > 0.0 && count == 0 => {
-                Ok(Load::Paced(r, Duration::from_secs_f64(duration)))
-            }
-            _ => Err(io::Error::other(
+        if rate == 0.0 {
+            let stop = if count > 0 {
+                Stop::Count(count)
+            } else {
+                Stop::After(Duration::from_secs_f64(duration))
+            };
+            Ok(Load::Closed(stop))
+        } else if rate.is_finite() && rate > 0.0 && count == 0 {
+            Ok(Load::Paced(rate, Duration::from_secs_f64(duration)))
+        } else {
+            Err(io::Error::other(
                 "--rate must be a positive number of round trips/s, without --count",
-            )),
+            ))
         }
     };
     let measured = load(rate)?;
@@ -543,6 +541,7 @@ fn echo(args: &Args, addr: SocketAddr) -> io::Result<bool> {
         conns,
         buf: vec![0; size.max(64 * 1024)],
         in_flight: 0,
+        queued: 0,
         errors: 0,
         first_error: None,
     };
@@ -558,9 +557,11 @@ fn echo(args: &Args, addr: SocketAddr) -> io::Result<bool> {
             let line = read_line()?;
             let load = match line.strip_prefix("go") {
                 Some("") => measured,
-                Some(rate) if rate.starts_with(' ') => {
-                    load(rate.trim().parse().map_err(|_| io::Error::other("go: bad rate"))?)?
-                }
+                Some(rate) if rate.starts_with(' ') => load(
+                    rate.trim()
+                        .parse()
+                        .map_err(|_| io::Error::other("go: bad rate"))?,
+                )?,
                 _ => break,
             };
             measure(&mut bench, load, server_pid)?;
