@@ -385,7 +385,12 @@ RSpec.describe Evix::Workers do
         clients = Array.new(4) { server.connect }
         clients.each_with_index { |client, i| client.puts("hello #{i}") }
         expect(clients.map(&:gets)).to eq(Array.new(4) { |i| "hello #{i}" })
-        workers = WorkersProcess.children_of(server.pid)
+        # Two echoes can come from one worker while the other still starts.
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+        until (workers = WorkersProcess.children_of(server.pid)).size == 2 ||
+              Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          sleep 0.02
+        end
         expect(workers.size).to eq(2)
         server.signal(:TERM)
         expect(clients.map { |client| client.gets(timeout: 5) }).to eq([nil] * 4)
