@@ -296,7 +296,10 @@ RSpec.describe "TLS: Evix::TCPServer and Evix::TCPClient with ssl_context:" do
         expect(status).to eq(0), verbose
         expect(verbose).to match(/SSL connection using TLSv1\.3/)
         expect(unverified_status).to eq(60) # curl: the peer's certificate cannot be verified with its CAs
-        expect(errors).to match([["OpenSSL::SSL::SSLError", /unknown ca/]])
+        # curl's rejection reaches the server as its "unknown ca" alert; with
+        # sid's OpenSSL (the Ruby 3.4 lane) the server's read meets it while
+        # retrying the session tickets it was writing, and says that instead.
+        expect(errors).to match([["OpenSSL::SSL::SSLError", /unknown ca|tls_retry_write_records failure/]])
       end
 
       it "runs Evix::IO over an SSLSocket made by hand: plaintext OpenSSL holds is read without waiting" do
