@@ -64,7 +64,9 @@ namespace :bench do
     # The host builds the load generator: it runs in the chroot as it is.
     BenchLanes.loadgen!
     out = BenchLanes.out("3.3").sub(EvixBuild::ROOT, "/evix")
-    env = BenchLanes.env("3.3").merge("EVIX_BENCH_OUT" => out, "EVIX_BENCH_PREBUILT" => "1")
+    revision = `git -C #{EvixBuild::ROOT} rev-parse --short HEAD`.strip
+    env = BenchLanes.env("3.3").merge("EVIX_BENCH_OUT" => out, "EVIX_BENCH_PREBUILT" => "1",
+                                      "EVIX_BENCH_REVISION" => "commit #{revision}")
     Compat.run(Compat::BENCH, "ruby bench/run.rb", env: env)
   end
 
