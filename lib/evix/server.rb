@@ -5,8 +5,9 @@ require "socket"
 module Evix
   # What Evix::TCPServer and Evix::UNIXServer share: a listener watched by the
   # loop, one task per accepted connection, idle timeouts, on_error, #close and
-  # the #shutdown drain. A subclass only says how its listener is made
-  # (#listen) and may prepare each accepted socket (#connection).
+  # the #shutdown drain. A subclass only says how its listener is made (its
+  # private #listen returns the bound, listening socket; #initialize calls
+  # it) and may prepare each accepted socket (#connection).
   #
   # The block receives each connection as an Evix::IO; the connection is
   # closed when the block ends.
@@ -108,11 +109,6 @@ module Evix
     end
 
     private
-
-    # The bound, listening socket. Defined by each subclass.
-    def listen
-      raise NotImplementedError, "#{self.class} must define #listen"
-    end
 
     # The one step between accept and the handler: turns an accepted socket
     # into the connection the handler gets. Runs in the accept callback (it
