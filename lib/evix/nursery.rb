@@ -80,9 +80,11 @@ module Evix
       until @tasks.empty?
         left = @deadline && (@deadline - clock)
         return abandon("still running #{@cancel_timeout}s after cancellation") if left && left <= 0
-        return abandon("parked outside any wait of the loop") if stuck?
 
-        limit = @loop.alive? ? left : [left || IDLE_POLL, IDLE_POLL].min
+        alive = @loop.alive?
+        return abandon("parked outside any wait of the loop") if stuck?(alive)
+
+        limit = alive ? left : [left || IDLE_POLL, IDLE_POLL].min
         @loop.run_once(limit)
       end
       nil
@@ -117,8 +119,8 @@ module Evix
 
     # Nothing can resume the remaining tasks: the loop has nothing to do and
     # none of them waits on it (a wait for another thread counts).
-    def stuck?
-      !@loop.alive? && @loop.waiters.zero?
+    def stuck?(alive)
+      !alive && @loop.waiters.zero?
     end
 
     def abandon(why)

@@ -105,7 +105,8 @@ module Evix
     end
 
     # The Fiber::Scheduler hooks #kernel_sleep(duration = nil),
-    # #block(blocker, timeout = nil), #io_wait(io, events, timeout = nil),
+    # #block(blocker, timeout = nil), #unblock(blocker, fiber),
+    # #io_wait(io, events, timeout = nil),
     # #io_read(io, buffer, length, offset = 0) and
     # #io_write(io, buffer, length, offset = 0) are C methods, in
     # ext/evix/src/ruby/scheduler.rs: a hook written in Ruby would leave a VM
@@ -113,14 +114,15 @@ module Evix
     # #loop (the Evix::Loop the scheduler runs on) and the waiting state
     # #unblock uses, kept in the native object.
 
-    # Fiber::Scheduler hook; may be called from any thread.
-    # @return [nil]
-    def unblock(_blocker, fiber)
+    # #unblock (C, any thread) from a thread other than the loop's: the
+    # fiber is woken on the loop's thread.
+    def post_wake(fiber)
       loop.post { wake(fiber, true) }
       nil
     rescue ClosedError
       nil
     end
+    private :post_wake
 
     # Fiber::Scheduler hook (Process.wait and friends), on the offload pool.
     # @return [Process::Status]

@@ -826,6 +826,32 @@ RSpec.describe Evix::Scheduler do
       expect(result).to be(true)
     end
 
+    it "unblock from the loop's own callback resumes the fiber after the callback, once" do
+      log = []
+      Evix.run do
+        scheduler = Fiber.scheduler
+        waiter = Fiber.schedule { log << [:woken, scheduler.block(:spec, 2)] }
+        scheduler.loop.add_timer(0.01) do
+          scheduler.unblock(:spec, waiter)
+          scheduler.unblock(:spec, waiter) # the second finds nothing blocked
+          log << :callback_done
+        end
+      end
+      expect(log).to eq([:callback_done, [:woken, true]])
+    end
+
+    it "unblock of a fiber that is not blocked (or not a fiber) changes nothing" do
+      log = []
+      Evix.run do
+        scheduler = Fiber.scheduler
+        Fiber.schedule { log << [:slept, scheduler.block(:spec, 0.05)] }
+        runner = Fiber.schedule { log << :ran }
+        expect(scheduler.unblock(:spec, runner)).to be_nil
+        expect(scheduler.unblock(:spec, :not_a_fiber)).to be_nil
+      end
+      expect(log).to eq([:ran, [:slept, false]])
+    end
+
     it "unblock from another thread wakes a blocked loop promptly", timing: true do
       result = nil
       took = elapsed do

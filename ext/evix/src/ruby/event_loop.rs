@@ -172,8 +172,8 @@ impl RbLoop {
     }
 
     /// `waiters`: how many fibers are parked on the loop.
-    fn waiters(ruby: &Ruby, rb_self: &Self) -> Result<usize, Error> {
-        Ok(rb_self.usable(ruby)?.stats().waiters)
+    fn waiters(ruby: &Ruby, rb_self: Value) -> Result<usize, Error> {
+        Ok(Self::this(ruby, &rb_self)?.usable(ruby)?.stats().waiters)
     }
 
     /// `stall_probe(seconds)`, private: what a stall watchdog thread watches
@@ -511,11 +511,11 @@ impl RbLoop {
     /// `suspend`'s block) with `value`; false if that wait already ended.
     /// From the fiber running the loop the waiter runs now; from another
     /// fiber it runs on the next tick.
-    fn resume(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<bool, Error> {
+    fn resume(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<bool, Error> {
         args::arity(ruby, args, 1, 2)?;
         let token = u64::try_convert(args[0])?;
         let value = args::optional(args, 1).unwrap_or_else(|| ruby.qnil().as_value());
-        rb_self.resume_token(ruby, token, value)
+        Self::this(ruby, &rb_self)?.resume_token(ruby, token, value)
     }
 
     /// `resume` for the scheduler's `unblock`.
@@ -526,6 +526,31 @@ impl RbLoop {
         value: Value,
     ) -> Result<bool, Error> {
         Self::this(ruby, &rb_self)?.resume_token(ruby, token, value)
+    }
+
+    /// The scheduler's `unblock` on the loop's own thread: ends the wait of
+    /// `token` and queues its fiber's resumption for the loop's next turn,
+    /// as a `post` would, without one. `None` when this thread may not touch
+    /// the loop (another thread, a forked child, a closed loop): then the
+    /// caller posts.
+    pub(super) fn resume_soon(
+        ruby: &Ruby,
+        rb_self: Value,
+        token: u64,
+        value: Value,
+    ) -> Result<Option<bool>, Error> {
+        let this = Self::this(ruby, &rb_self)?;
+        if this.forked() || this.owner.get() != current_thread() || this.core.is_closed() {
+            return Ok(None);
+        }
+        let core = &this.core;
+        match errors::guard(ruby, || Ok(core.unpark(key_of(token))))? {
+            Some(resume) => {
+                core.next_tick(resume.with_value(value));
+                Ok(Some(true))
+            }
+            None => Ok(Some(false)),
+        }
     }
 
     fn resume_token(&self, ruby: &Ruby, token: u64, value: Value) -> Result<bool, Error> {
@@ -709,7 +734,8 @@ impl RbLoop {
         })
     }
 
-    fn run_once(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<bool, Error> {
+    fn run_once(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<bool, Error> {
+        let rb_self = Self::this(ruby, &rb_self)?;
         let core = rb_self.usable(ruby)?;
         let _home = Home::enter(&rb_self.home, ruby.fiber_current());
         args::arity(ruby, args, 0, 1)?;
@@ -721,8 +747,8 @@ impl RbLoop {
         })
     }
 
-    fn alive(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
-        Ok(rb_self.usable(ruby)?.alive())
+    fn alive(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
+        Ok(Self::this(ruby, &rb_self)?.usable(ruby)?.alive())
     }
 
     fn stop(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {

@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+static POST_WAKE: LazyId = LazyId::new("post_wake");
 static IO_READ_OTHER: LazyId = LazyId::new("io_read_other");
 static NONBLOCK_CALL: LazyId = LazyId::new("nonblock_call?");
 static TIMEOUT: LazyId = LazyId::new("timeout");
@@ -114,6 +115,27 @@ impl RbScheduler {
             None => Ok(false),
         }
     }
+}
+
+/// `Fiber::Scheduler#unblock(blocker, fiber)`, from any thread: ends
+/// `fiber`'s wait in `block` or `kernel_sleep` (none: nothing happens). On
+/// the loop's thread (a Queue or Mutex between its fibers) the fiber is
+/// queued for the loop's next turn at once; from another thread the wake
+/// is posted (`post_wake`, in Ruby).
+fn unblock(ruby: &Ruby, rb_self: Value, _blocker: Value, fiber: Value) -> Result<(), Error> {
+    let this = RbScheduler::this(ruby, &rb_self)?;
+    let token = Fiber::from_value(fiber)
+        .and_then(|fiber| this.blocked.borrow().get(&owner_of(fiber)).copied());
+    let resumed = match token {
+        Some(token) => {
+            RbLoop::resume_soon(ruby, this.evloop(ruby)?, token, ruby.qtrue().as_value())?
+        }
+        None => Some(false),
+    };
+    if resumed.is_none() {
+        let _: Value = rb_self.funcall(*POST_WAKE, (fiber,))?;
+    }
+    Ok(())
 }
 
 /// `::BasicSocket`, looked up once by `init` (which requires "socket").
@@ -541,6 +563,7 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_private_method("wake", method!(RbScheduler::wake, 2))?;
     class.define_method("kernel_sleep", method!(kernel_sleep, -1))?;
     class.define_method("block", method!(block, -1))?;
+    class.define_method("unblock", method!(unblock, 2))?;
     class.define_method("io_wait", method!(io_wait, -1))?;
     class.define_method("io_read", method!(io_read, -1))?;
     class.define_method("io_write", method!(io_write, -1))?;
