@@ -2,7 +2,8 @@
 
 # User-space instructions per echo round trip (or per HTTP request) of one
 # bench server, counted by cachegrind: unlike time, the count barely moves on
-# a busy machine. The server runs under `valgrind --tool=cachegrind
+# a busy machine (EVIX_BENCH_KEEP_PROFILE=1 keeps both cachegrind outputs in the
+# temporary directory, for cg_diff and cg_annotate). The server runs under `valgrind --tool=cachegrind
 # --cache-sim=no` twice, loaded with SMALL and then LARGE units of work, and
 # is stopped with SIGTERM; start-up, accepting and shutdown cancel out in
 # (Ir(LARGE) - Ir(SMALL)) / (served(LARGE) - served(SMALL)).
@@ -69,7 +70,7 @@ module Instructions
     [total(out), served]
   ensure
     server_process&.cleanup
-    FileUtils.rm_f(out) if out
+    FileUtils.rm_f(out) if out && !ENV["EVIX_BENCH_KEEP_PROFILE"]
   end
 
   def server_command(server, port, mode)
