@@ -2,7 +2,7 @@
 
 module Evix
   # Ruby-side additions to the Rust-defined Evix::Loop: fibers, IO wrappers
-  # and signals.
+  # and signals (offload: offload.rb; stall reports: stall.rb).
   class Loop
     # Installs evix's patches to ::IO (see IOPatches) with the first loop.
     module Creating
@@ -44,29 +44,6 @@ module Evix
 
       suspend(seconds)
       nil
-    end
-
-    # Runs the block on the offload pool and returns its value to the calling
-    # task (or fiber of an Evix::Scheduler) without blocking the loop; the
-    # block's exception is raised in the caller.
-    # @return [Object] the block's value
-    def offload(&block)
-      raise ArgumentError, "offload requires a block" unless block
-      raise Error, "Evix::Loop#offload must be called from a fiber the loop runs" if Fiber.current.blocking?
-
-      outcome = nil
-      token = nil
-      keeper = add_timer(86_400) {} # keeps #run going while the job is out
-      Evix.offload_pool.submit(self, block) do |value, error|
-        outcome = [value, error]
-        resume(token) if token
-      end
-      suspend { |t| token = t } until outcome
-      raise outcome[1] if outcome[1]
-
-      outcome[0]
-    ensure
-      keeper&.cancel
     end
 
     # Runs the block on this loop, in a new task, whenever +signal+ arrives

@@ -2,7 +2,7 @@
 
 require "English"
 
-# Evix.run and Evix.offload: the scheduler as one call.
+# Evix.run: the scheduler as one call.
 module Evix
   class << self
     # Runs the block in a fiber under an Evix::Scheduler and returns its
@@ -26,16 +26,6 @@ module Evix
       raise Error, "another fiber scheduler is set on this thread" if scheduler
 
       top_level_run(cancel_timeout, &block)
-    end
-
-    # Runs the block on the offload pool from a fiber of the current
-    # Evix::Scheduler and returns its value (see Evix::Loop#offload).
-    # @return [Object]
-    def offload(&)
-      scheduler = Fiber.scheduler
-      raise Error, "Evix.offload must be called inside Evix.run" unless scheduler.is_a?(Scheduler)
-
-      scheduler.loop.offload(&)
     end
 
     private
