@@ -16,7 +16,11 @@ module Evix
     # ensure blocks run for up to +cancel_timeout+ seconds, then propagates;
     # later exceptions are in its #suppressed.
     # @param cancel_timeout [Numeric] seconds cancelled fibers get to finish
+    # @yieldreturn [Object] what the run returns
     # @return [Object] the block's value
+    # @raise [ArgumentError] without a block
+    # @raise [Evix::Error] another fiber scheduler is set on this thread
+    # @raise [Exception] the run's first failure (later ones in its #suppressed)
     def run(cancel_timeout: 5, &block)
       raise ArgumentError, "Evix.run requires a block" unless block
 
