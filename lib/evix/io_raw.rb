@@ -50,10 +50,10 @@ module Evix
     # @streak: full reads since the last wait, set to FAIR_READS by a short
     # read.
     #
-    # Instance variables are read once into locals: on Debian's Ruby 3.1 each
-    # read of one is a call of ~45 instructions. The lone reader's wait is
-    # written out here instead of calling #wait: two method calls fewer per
-    # round trip.
+    # @io and @streak are read once into locals: on Debian's Ruby 3.1 each
+    # instance variable read is a call of ~45 instructions. The lone reader's
+    # wait is written out here instead of calling #wait: two method calls
+    # fewer per round trip.
     # rubocop:disable Metrics -- one method on purpose: each part split out would be a method call per read
     def read_chunk(maxlen, timeout)
       io = @io
