@@ -42,11 +42,11 @@ module Evix
       end
 
       # @return [Evix::TCPServer]
-      def start(evloop)
-        @loop = evloop
+      def start(loop)
+        @loop = loop
         reload_welcome
-        evloop.add_signal(:HUP) { reload_welcome }
-        Evix::TCPServer.new(evloop, @host, @port) { |client| serve(client) }
+        loop.add_signal(:HUP) { reload_welcome }
+        Evix::TCPServer.new(loop, @host, @port) { |client| serve(client) }
       end
 
       # Tells everyone, then drains: every queued line is written before the
@@ -147,8 +147,8 @@ module Evix
 
         attr_accessor :name
 
-        def initialize(evloop, client, name, max_outbox)
-          @loop = evloop
+        def initialize(loop, client, name, max_outbox)
+          @loop = loop
           @client = client
           @name = name
           @max_outbox = max_outbox
@@ -157,7 +157,7 @@ module Evix
           @overflowed = false
           @finishing = false
           @sleeping = nil # the writer's fiber while it waits for lines
-          @writer = evloop.spawn { write_queued }
+          @writer = loop.spawn { write_queued }
         end
 
         # Queues a line for this client; disconnects it if its outbox overflows.

@@ -19,8 +19,8 @@ module Evix
       end
 
       # @return [Evix::TCPServer]
-      def start(evloop)
-        Evix::TCPServer.new(evloop, @host, @port, ssl_context: @ssl_context) do |client|
+      def start(loop)
+        Evix::TCPServer.new(loop, @host, @port, ssl_context: @ssl_context) do |client|
           while (data = client.read)
             client.write(data)
           end

@@ -64,9 +64,9 @@ module Evix
       end
 
       # @return [Evix::TCPServer]
-      def start(evloop)
-        @loop = evloop
-        Evix::TCPServer.new(evloop, @host, @port) { |client| serve(client) }
+      def start(loop)
+        @loop = loop
+        Evix::TCPServer.new(loop, @host, @port) { |client| serve(client) }
       end
 
       # Runs one command.

@@ -16,14 +16,14 @@ module Evix
       # Runs until SIGINT or SIGTERM, then drains the connections and returns.
       # @return [nil]
       def run
-        evloop = Evix::Loop.new
-        server = start(evloop)
-        stop_on_signals(evloop, server)
-        yield server, evloop if block_given?
-        evloop.run
+        loop = Evix::Loop.new
+        server = start(loop)
+        stop_on_signals(loop, server)
+        yield server, loop if block_given?
+        loop.run
         nil
       ensure
-        evloop&.close
+        loop&.close
       end
 
       # Drains the server; an example overrides this to say goodbye first.
@@ -36,17 +36,17 @@ module Evix
 
       private
 
-      def stop_on_signals(evloop, server)
+      def stop_on_signals(loop, server)
         stopping = false
         %i[INT TERM].each do |signal|
-          evloop.add_signal(signal) do
+          loop.add_signal(signal) do
             next if stopping
 
             stopping = true
             # Signal blocks run as plain loop callbacks; draining waits, so it gets a task.
-            evloop.spawn do
+            loop.spawn do
               stop(server)
-              evloop.stop
+              loop.stop
             end
           end
         end

@@ -13,25 +13,24 @@ module Evix
   # finite, non-negative Numeric number of seconds; anything else raises at
   # the call (ArgumentError, TypeError), even when no wait was needed.
   #
-  # The hot path (read, write, the wait between them) avoids method calls and
-  # allocations it can do without, and has no Kernel#loop: that C iterator
-  # would put two more pages of machine stack under every parked fiber.
-  #
-  # No flush is needed: #write (and #puts, #print, #<<) returns when the
-  # kernel has every byte, and nothing is buffered in Ruby. Only #try_write
-  # queues, and only what the kernel does not take at once; the loop writes
-  # that queue in the background, and #flush waits for it (see io_output.rb).
-  #
   # Input is buffered: #gets and the other reads hand out a buffer that one
-  # system call filled with up to CHUNK bytes (see io_input.rb).
+  # system call filled with up to CHUNK bytes. Output is not: #write (and
+  # #puts, #print, #<<) returns when the kernel has every byte, so no flush
+  # is needed. Only #try_write queues, and only what the kernel does not take
+  # at once; the loop writes that queue in the background, and #flush waits
+  # for it.
+  #
+  # One class, one job per file:
+  # - io.rb: the object itself: what it wraps, its timeouts, closing, addresses;
+  # - io_raw.rb: raw I/O and waiting: one system call to read or write, and
+  #   the wait on the loop when the kernel says it would block;
+  # - io_input.rb: buffering and line reading (#read, #gets, #readpartial...);
+  # - io_output.rb: whole writes (#write, #puts...) and #try_write's queue.
   class IO
+    # Bytes one read asks the kernel for.
     CHUNK = 16 * 1024
-    # Full reads in a row before a read gives the other fibers a turn.
-    FAIR_READS = 16
     EMPTY = "".b.freeze
-    # Ends the waits of the readers when #close_read comes (never escapes).
-    class EndOfReads < Exception; end # rubocop:disable Lint/InheritException -- no rescue of StandardError may catch it
-    private_constant :EMPTY, :EndOfReads
+    private_constant :EMPTY
 
     # @return [Numeric, nil] seconds each operation may wait (nil: no limit)
     attr_reader :timeout
@@ -50,6 +49,8 @@ module Evix
     # @param write_high_water [Integer] bytes #try_write may queue (see there)
     # @raise [ArgumentError] a negative, NaN or infinite timeout, a negative
     #   write_high_water
+    # @raise [TypeError] +io+ is not an IO
+    # @raise [Evix::ClosedError] +io+ is closed
     def initialize(loop, io, timeout: nil, write_high_water: WRITE_HIGH_WATER)
       raise TypeError, "io must be an IO (got #{io.inspect})" unless io.respond_to?(:to_io)
 
@@ -91,95 +92,12 @@ module Evix
 
     # Sets the default timeout of every operation.
     # @param seconds [Numeric, nil] nil: no limit
+    # @return [Numeric, nil] +seconds+
     # @raise [ArgumentError] a negative, NaN or infinite number
+    # @raise [TypeError] not a Numeric
     def timeout=(seconds)
       check_timeout(seconds)
       @timeout = seconds
-    end
-
-    # Reads up to +maxlen+ bytes; nil at end of file.
-    # @return [String, nil]
-    def read(maxlen = CHUNK, timeout: @timeout)
-      # A timeout equal to the default one was checked when it was set; with
-      # no timeout this is one branch, no method call.
-      check_timeout(timeout) if timeout && timeout != @timeout
-      unless @buffer.empty?
-        raise ArgumentError, "negative length #{maxlen} given" if maxlen.negative?
-        raise ClosedError, "IO is closed" if @io.closed?
-
-        return take(maxlen)
-      end
-      read_chunk(maxlen, timeout) # raises Evix::ClosedError itself
-    end
-
-    # Reads exactly +length+ bytes; nil at end of file before the first byte,
-    # EOFError if the stream ends part way.
-    # @param length [Integer] not negative
-    # @return [String, nil]
-    def read_exactly(length, timeout: @timeout)
-      raise TypeError, "length must be an Integer (got #{length.inspect})" unless length.is_a?(Integer)
-      raise ArgumentError, "negative length #{length} given" if length.negative?
-
-      check_timeout(timeout, @timeout)
-      check_open
-      while @buffer.bytesize - @offset < length
-        next if fill(timeout)
-        return nil if @buffer.empty?
-
-        raise EOFError, "end of file after #{@buffer.bytesize - @offset} of #{length} bytes"
-      end
-      take(length)
-    end
-
-    # Writes all of +data+, waiting whenever the kernel buffer is full; it
-    # returns when the kernel has every byte (nothing to flush). On the
-    # loop's thread, bytes #try_write queued are written first.
-    #
-    # Safe from a thread other than the one that wrapped the IO: the bytes go
-    # out from the calling thread and, when the kernel buffer is full, that
-    # thread waits (IO#wait_writable, or its own fiber scheduler) instead of
-    # the loop, whose waits belong to its own thread. So the write ends as it
-    # does on the loop's thread: all the data written, or the error of the
-    # stream (Evix::TimeoutError, Evix::ClosedError, Errno::EPIPE...). Writes
-    # from several threads (or fibers) at once may interleave; one writer at
-    # a time keeps its data in order.
-    # @return [Integer] bytes written
-    def write(data, timeout: @timeout) # rubocop:disable Metrics/CyclomaticComplexity,Metrics/PerceivedComplexity
-      check_timeout(timeout) if timeout && timeout != @timeout
-      # What #try_write queued goes first (it belongs to the loop's thread).
-      flush(timeout: timeout) if @outbox && Thread.current == @thread
-      # write_nonblock writes the bytes whatever the encoding: no binary copy.
-      data = data.to_s
-      total = left = data.bytesize
-      until data.empty?
-        # #write_some, written out: a method call fewer on the echo path.
-        written = @socket ? write_socket(@io, data) : @io.write_nonblock(data, exception: false)
-        break if written == left # the usual case: the kernel took it all
-
-        # Go on with the rest as a copy-on-write slice of our own: the caller
-        # may change its string while this waits.
-        written = 0 if written == :wait_writable
-        left -= written
-        data = data.byteslice(written, left)
-        wait_to_write(timeout) if written.zero?
-      end
-      total
-    rescue ::IOError
-      raise ClosedError, "IO is closed" if @io.closed?
-
-      raise
-    end
-
-    # Waits until the IO is readable. @return [true]
-    def wait_readable(timeout: @timeout)
-      check_timeout(timeout, @timeout)
-      wait(READ, timeout)
-    end
-
-    # Waits until the IO is writable. @return [true]
-    def wait_writable(timeout: @timeout)
-      check_timeout(timeout, @timeout)
-      wait(WRITE, timeout)
     end
 
     # Makes reads return what is buffered and then nil, without closing;
@@ -211,12 +129,13 @@ module Evix
       nil
     end
 
-    # @return [Boolean]
+    # @return [Boolean] whether the wrapped IO is closed
     def closed?
       @io.closed?
     end
 
-    # @return [Integer]
+    # @return [Integer] the wrapped IO's file descriptor
+    # @raise [IOError] once closed
     def fileno
       @io.fileno
     end
@@ -240,12 +159,6 @@ module Evix
 
     private
 
-    # The raw write: how many bytes of +data+ the kernel takes now, or
-    # :wait_writable when it takes none (#write has it written out).
-    def write_some(data)
-      @socket ? write_socket(@io, data) : @io.write_nonblock(data, exception: false)
-    end
-
     def check_open
       raise ClosedError, "IO is closed" if @io.closed?
     end
@@ -263,110 +176,9 @@ module Evix
 
       raise ArgumentError, "timeout must be a finite, non-negative number of seconds (got #{timeout.inspect})"
     end
-
-    # The next chunk of input, a String of its own, or nil at end of file;
-    # Evix::ClosedError on a closed IO (#read leaves that check to it).
-    # After a short read the kernel buffer is most likely empty: wait first
-    # instead of paying a read that fails with EAGAIN (the registration is
-    # level-triggered, so data that is already there wakes the wait at once).
-    # After FAIR_READS reads without a wait it waits too, so a peer that never
-    # stops sending cannot keep the loop to itself. Both are one counter,
-    # @streak: full reads since the last wait, set to FAIR_READS by a short
-    # read.
-    #
-    # The hot path of every server: the lone reader's wait is written out
-    # here instead of calling #wait, two method calls fewer per round trip,
-    # and instance variables are read once into locals: Ruby 3.1 as Debian
-    # builds it reads one in ~45 instructions (PROFILE.md).
-    # rubocop:disable Metrics
-    def read_chunk(maxlen, timeout)
-      io = @io
-      streak = @streak
-      until @eof
-        if streak >= FAIR_READS
-          if @reader
-            wait(READ, timeout)
-          else
-            begin
-              @reader = Fiber.current
-              outcome = @loop.wait_io(io, READ, timeout)
-            rescue EndOfReads
-              outcome = READ
-            ensure
-              @reader = nil
-            end
-            # Ready, it is exactly READ (the loop masks the ready bits with the
-            # interest): a comparison, where is_a? would be a method call.
-            finish_wait(timeout) unless outcome == READ
-          end
-          streak = 0
-          next # close_read may have come while waiting
-        end
-        chunk = @socket ? read_socket(io, maxlen) : read_other(maxlen)
-        # This way round it is a pointer comparison; `chunk == :wait_readable`
-        # would call String#==, which asks the Symbol for #to_str.
-        if :wait_readable == chunk # rubocop:disable Style/YodaCondition
-          streak = FAIR_READS
-          next
-        end
-        return unless chunk
-
-        # A binary String's size is its bytesize, and #size is an instruction
-        # of the VM, not a method call.
-        @streak = chunk.size < maxlen ? FAIR_READS : streak + 1
-        @idle_timer&.again
-        return chunk
-      end
-      # After close_read: end of file, unless the IO is closed altogether.
-      raise ClosedError, "IO is closed" if io.closed?
-    rescue Errno::ECONNRESET
-      nil
-    rescue ::IOError
-      raise ClosedError, "IO is closed" if @io.closed?
-
-      raise
-    end
-    # rubocop:enable Metrics
-
-    # A read from an IO that is not a socket (a pipe, a tty, a file): into the
-    # loop's scratch buffer, then a copy the size of what came.
-    def read_other(maxlen)
-      chunk = @io.read_nonblock(maxlen, @scratch, exception: false)
-      chunk.is_a?(String) ? EMPTY + chunk : chunk
-    end
-
-    # Waits for +events+; on a closed IO wait_io raises Evix::ClosedError.
-    # After close_read a wait to read returns at once.
-    def wait(events, timeout)
-      return true if @eof && events == READ && !@io.closed?
-
-      reading = events.anybits?(READ)
-      @readers << Fiber.current if reading
-      begin
-        outcome = @loop.wait_io(@io, events, timeout)
-      rescue EndOfReads
-        return true
-      ensure
-        @readers.delete(Fiber.current) if reading
-      end
-      outcome.nil? ? finish_wait(timeout) : true
-    end
-
-    # Waits until the kernel takes more of a write. Only the thread that
-    # wrapped the IO may wait on the loop; another one waits by itself.
-    def wait_to_write(timeout)
-      return wait(WRITE, timeout) if Thread.current == @thread
-
-      @io.wait_writable(timeout) or finish_wait(timeout)
-    end
-
-    def finish_wait(timeout)
-      raise ClosedError, "IO was closed while waiting" if @io.closed?
-
-      raise TimeoutError, "IO operation timed out after #{timeout}s"
-    end
   end
 end
 
+require_relative "io_raw"
 require_relative "io_input"
 require_relative "io_output"

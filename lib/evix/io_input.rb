@@ -1,10 +1,11 @@
 # frozen_string_literal: true
 
 module Evix
-  # Evix::IO's buffered input: lines, partial reads, end of file. The buffer
-  # is @buffer from @offset on; a line is found with one search from
-  # @offset and handed out with one byteslice, and what was handed out is
-  # dropped once per read into the buffer, not once per line.
+  # Evix::IO's input: buffering and line reading (#read, #read_exactly,
+  # #readpartial, #gets, #each_line, #eof?), over the raw reads of
+  # io_raw.rb. The buffer is @buffer from @offset on; a line is found with
+  # one search from @offset and handed out with one byteslice, and what was
+  # handed out is dropped once per read into the buffer, not once per line.
   class IO
     NEWLINE = "\n"
     PARAGRAPH = "\n\n"
@@ -12,6 +13,49 @@ module Evix
     LF = "\n".ord
     CHOMP = { chomp: true }.freeze
     private_constant :NEWLINE, :PARAGRAPH, :CR, :LF, :CHOMP
+
+    # Reads up to +maxlen+ bytes: what is buffered, else what the next read
+    # gets; nil at end of file.
+    # @param maxlen [Integer] not negative
+    # @param timeout [Numeric, nil]
+    # @return [String, nil]
+    # @raise [ArgumentError] a negative maxlen, a bad timeout
+    # @raise [Evix::TimeoutError, Evix::ClosedError]
+    def read(maxlen = CHUNK, timeout: @timeout)
+      # A timeout equal to the default one was checked when it was set; with
+      # no timeout this is one branch, no method call.
+      check_timeout(timeout) if timeout && timeout != @timeout
+      unless @buffer.empty?
+        raise ArgumentError, "negative length #{maxlen} given" if maxlen.negative?
+        raise ClosedError, "IO is closed" if @io.closed?
+
+        return take(maxlen)
+      end
+      read_chunk(maxlen, timeout) # raises Evix::ClosedError itself
+    end
+
+    # Reads exactly +length+ bytes; nil at end of file before the first byte,
+    # EOFError if the stream ends part way.
+    # @param length [Integer] not negative
+    # @param timeout [Numeric, nil]
+    # @return [String, nil]
+    # @raise [EOFError] the stream ended part way
+    # @raise [ArgumentError, TypeError] a negative or non-Integer length
+    # @raise [Evix::TimeoutError, Evix::ClosedError]
+    def read_exactly(length, timeout: @timeout)
+      raise TypeError, "length must be an Integer (got #{length.inspect})" unless length.is_a?(Integer)
+      raise ArgumentError, "negative length #{length} given" if length.negative?
+
+      check_timeout(timeout, @timeout)
+      check_open
+      while @buffer.bytesize - @offset < length
+        next if fill(timeout)
+        return nil if @buffer.empty?
+
+        raise EOFError, "end of file after #{@buffer.bytesize - @offset} of #{length} bytes"
+      end
+      take(length)
+    end
 
     # Reads a line ending in +separator+ (at most +limit+ bytes); nil at end
     # of file. As IO#gets: an Integer first argument is the limit; an empty
@@ -25,13 +69,14 @@ module Evix
     # Evix::ClosedError.
     #
     # @overload gets(separator = $/, limit = nil, timeout: self.timeout, chomp: false)
-    # @param separator [String, nil]
-    # @param limit [Integer, nil]
-    # @param timeout [Numeric, nil]
-    # @param chomp [Boolean]
-    # @return [String, nil]
-    # @raise [TypeError] a separator or limit of another type
-    # @raise [ArgumentError] an unknown keyword, a bad timeout
+    #   @param separator [String, nil]
+    #   @param limit [Integer, nil]
+    #   @param timeout [Numeric, nil]
+    #   @param chomp [Boolean]
+    #   @return [String, nil]
+    #   @raise [TypeError] a separator or limit of another type
+    #   @raise [ArgumentError] an unknown keyword, a bad timeout
+    #   @raise [Evix::TimeoutError, Evix::ClosedError]
     #
     # The keywords arrive as a trailing positional Hash (+keywords+, or in
     # the place of +separator+ or +limit+): on Ruby 3.1 a method with keyword
@@ -58,7 +103,12 @@ module Evix
 
     # Yields each line until end of file (see #gets). A limit of 0 raises
     # ArgumentError, as for IO#each_line: it would yield "" forever.
-    # @return [self]
+    # @param separator [String, nil, Integer] as for #gets
+    # @param limit [Integer, nil] as for #gets
+    # @param chomp [Boolean] as for #gets
+    # @yieldparam line [String]
+    # @return [self, Enumerator] an Enumerator without a block
+    # @raise [ArgumentError] a limit of 0
     def each_line(separator = $INPUT_RECORD_SEPARATOR, limit = nil, chomp: false, &block)
       return enum_for(:each_line, separator, limit, chomp: chomp) unless block
       raise ArgumentError, "invalid limit: 0 for each_line" if (separator.is_a?(Integer) ? separator : limit)&.zero?
@@ -75,6 +125,7 @@ module Evix
     # at end of file, and +outbuf+ (if given) receives the bytes.
     # @param maxlen [Integer] not negative
     # @param outbuf [String, nil]
+    # @param timeout [Numeric, nil]
     # @return [String]
     # @raise [EOFError] at end of file
     # @raise [ArgumentError, TypeError] a negative or non-Integer maxlen, an
@@ -96,7 +147,9 @@ module Evix
 
     # Whether the stream is at end of file. As IO#eof?, it waits for input
     # when none is buffered; what arrives stays for the next read.
+    # @param timeout [Numeric, nil]
     # @return [Boolean]
+    # @raise [Evix::TimeoutError, Evix::ClosedError]
     def eof?(timeout: @timeout)
       check_timeout(timeout, @timeout)
       check_open

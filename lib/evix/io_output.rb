@@ -1,9 +1,9 @@
 # frozen_string_literal: true
 
 module Evix
-  # Evix::IO's output beyond #write: IO-style puts/print/<<, and #try_write,
-  # the write that never waits, for fanning one message out to many
-  # connections.
+  # Evix::IO's output: whole writes (#write, and IO-style #puts, #print,
+  # #<<), over the raw writes of io_raw.rb, and #try_write, the write that
+  # never waits, for fanning one message out to many connections.
   #
   # #try_write gives the kernel what it takes at once and queues the rest in
   # the IO's outbox, which a write watcher of the loop empties in the
@@ -21,6 +21,7 @@ module Evix
     attr_reader :write_high_water
 
     # @param bytes [Integer] not negative; 0 queues only when nothing else is
+    # @return [Integer] +bytes+
     # @raise [ArgumentError, TypeError] a negative or non-Integer number
     def write_high_water=(bytes)
       @write_high_water = IO.high_water(bytes)
@@ -29,7 +30,9 @@ module Evix
     # +bytes+ if it is a valid write high-water mark (an Integer, not
     # negative); servers check theirs with it.
     # @api private
-    # @return [Integer]
+    # @param bytes [Integer]
+    # @return [Integer] +bytes+
+    # @raise [ArgumentError, TypeError] a negative or non-Integer number
     def self.high_water(bytes)
       unless bytes.is_a?(Integer)
         raise TypeError,
@@ -38,6 +41,91 @@ module Evix
       raise ArgumentError, "write_high_water must not be negative (got #{bytes})" if bytes.negative?
 
       bytes
+    end
+
+    # Writes all of +data+, waiting whenever the kernel buffer is full; it
+    # returns when the kernel has every byte (nothing to flush). On the
+    # loop's thread, bytes #try_write queued are written first.
+    #
+    # Safe from a thread other than the one that wrapped the IO: the bytes go
+    # out from the calling thread and, when the kernel buffer is full, that
+    # thread waits (IO#wait_writable, or its own fiber scheduler) instead of
+    # the loop, whose waits belong to its own thread. So the write ends as it
+    # does on the loop's thread: all the data written, or the error of the
+    # stream (Evix::TimeoutError, Evix::ClosedError, Errno::EPIPE...). Writes
+    # from several threads (or fibers) at once may interleave; one writer at
+    # a time keeps its data in order.
+    # @param data [#to_s]
+    # @param timeout [Numeric, nil]
+    # @return [Integer] bytes written
+    # @raise [Evix::TimeoutError] the kernel took nothing for +timeout+ seconds
+    # @raise [Evix::ClosedError] the IO is or gets closed
+    # @raise [SystemCallError] the write's error (Errno::EPIPE, Errno::ECONNRESET)
+    def write(data, timeout: @timeout) # rubocop:disable Metrics/CyclomaticComplexity,Metrics/PerceivedComplexity -- #write_some written out, below
+      check_timeout(timeout) if timeout && timeout != @timeout
+      # What #try_write queued goes first (it belongs to the loop's thread).
+      flush(timeout: timeout) if @outbox && Thread.current == @thread
+      # write_nonblock writes the bytes whatever the encoding: no binary copy.
+      data = data.to_s
+      total = left = data.bytesize
+      until data.empty?
+        # #write_some, written out: a method call fewer on the echo path.
+        written = @socket ? write_socket(@io, data) : @io.write_nonblock(data, exception: false)
+        break if written == left # the usual case: the kernel took it all
+
+        # Go on with the rest as a copy-on-write slice of our own: the caller
+        # may change its string while this waits.
+        written = 0 if written == :wait_writable
+        left -= written
+        data = data.byteslice(written, left)
+        wait_to_write(timeout) if written.zero?
+      end
+      total
+    rescue ::IOError
+      raise ClosedError, "IO is closed" if @io.closed?
+
+      raise
+    end
+
+    # Writes each object's to_s and a newline after each that does not end
+    # with one, in one #write, as IO#puts does (arrays are flattened; no
+    # argument writes a newline).
+    # @param objects [Array<#to_s, Array>]
+    # @return [nil]
+    # @raise (see #write)
+    def puts(*objects)
+      # The usual call, one String: no copy when it ends with a newline.
+      if objects.size == 1 && (line = objects[0]).is_a?(String)
+        write(line.end_with?(NEWLINE) ? line : "#{line}\n")
+        return
+      end
+      out = String.new(encoding: Encoding::BINARY)
+      objects.empty? ? out << NEWLINE : append_lines(out, objects, [])
+      write(out) unless out.empty?
+      nil
+    end
+
+    # Writes each object's to_s, in one #write. Unlike IO#print it uses
+    # neither $, nor $\, and writes nothing (not $_) without arguments.
+    # @param objects [Array<#to_s>]
+    # @return [nil]
+    # @raise (see #write)
+    def print(*objects)
+      case objects.size
+      when 0 then nil
+      when 1 then write(text(objects[0]))
+      else write(objects.each_with_object(String.new(encoding: Encoding::BINARY)) { |o, out| out << bytes(text(o)) })
+      end
+      nil
+    end
+
+    # Writes +object+'s to_s (see #write).
+    # @param object [#to_s]
+    # @return [self]
+    # @raise (see #write)
+    def <<(object)
+      write(object)
+      self
     end
 
     # Writes +data+ (its to_s) without ever waiting, for fan-out: one
@@ -56,6 +144,7 @@ module Evix
     # For the loop's thread only (the queue is the loop's); #write is the
     # one for other threads. Bytes #write sends while a try_write queue is
     # being written may come between them, as with any two writers at once.
+    # @param data [#to_s]
     # @return [Integer, false] the bytesize of +data+ when taken, false when refused
     # @raise [Evix::ClosedError] on a closed IO
     # @raise [SystemCallError] the write's error (Errno::EPIPE,
@@ -90,6 +179,7 @@ module Evix
     # Waits until every byte #try_write queued is with the kernel. With
     # nothing queued it returns at once, also outside a task. The timeout
     # bounds each wait for the kernel to take more, as for #write.
+    # @param timeout [Numeric, nil]
     # @return [self]
     # @raise [Evix::TimeoutError] the kernel took nothing for +timeout+
     #   seconds; the bytes stay queued
@@ -106,41 +196,6 @@ module Evix
       end
       raise @write_error if @write_error
 
-      self
-    end
-
-    # Writes each object's to_s and a newline after each that does not end
-    # with one, in one #write, as IO#puts does (arrays are flattened; no
-    # argument writes a newline).
-    # @return [nil]
-    def puts(*objects)
-      # The usual call, one String: no copy when it ends with a newline.
-      if objects.size == 1 && (line = objects[0]).is_a?(String)
-        write(line.end_with?(NEWLINE) ? line : "#{line}\n")
-        return
-      end
-      out = String.new(encoding: Encoding::BINARY)
-      objects.empty? ? out << NEWLINE : append_lines(out, objects, [])
-      write(out) unless out.empty?
-      nil
-    end
-
-    # Writes each object's to_s, in one #write. Unlike IO#print it uses
-    # neither $, nor $\, and writes nothing (not $_) without arguments.
-    # @return [nil]
-    def print(*objects)
-      case objects.size
-      when 0 then nil
-      when 1 then write(text(objects[0]))
-      else write(objects.each_with_object(String.new(encoding: Encoding::BINARY)) { |o, out| out << bytes(text(o)) })
-      end
-      nil
-    end
-
-    # Writes +object+'s to_s (see #write).
-    # @return [self]
-    def <<(object)
-      write(object)
       self
     end
 

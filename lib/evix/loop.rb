@@ -2,7 +2,7 @@
 
 module Evix
   # Ruby-side additions to the Rust-defined Evix::Loop: fibers, IO wrappers
-  # and signals.
+  # and signals (offload: offload.rb; stall reports: stall.rb).
   class Loop
     # Installs evix's patches to ::IO (see IOPatches) with the first loop.
     module Creating
@@ -15,15 +15,22 @@ module Evix
     singleton_class.prepend(Creating)
 
     # Runs the block in a new fiber driven by this loop.
+    # @yieldreturn [Object] the task's value (Task#wait)
     # @return [Evix::Task]
+    # @raise [ArgumentError] without a block
     def spawn(&block)
       raise ArgumentError, "spawn requires a block" unless block
 
       Task.new(self, &block)
     end
 
-    # Wraps an IO for fiber-friendly, non-blocking use inside tasks.
+    # Wraps an IO for fiber-friendly, non-blocking use inside tasks (as
+    # Evix::IO.new(self, io, ...)).
+    # @param io [::IO, OpenSSL::SSL::SSLSocket] an open IO
+    # @param timeout [Numeric, nil] default per-operation timeout in seconds
+    # @param write_high_water [Integer] bytes Evix::IO#try_write may queue
     # @return [Evix::IO]
+    # @raise (see Evix::IO#initialize)
     def wrap(io, timeout: nil, write_high_water: Evix::IO::WRITE_HIGH_WATER)
       Evix::IO.new(self, io, timeout: timeout, write_high_water: write_high_water)
     end
@@ -31,13 +38,17 @@ module Evix
     # A scratch String that Evix::IO reads into before copying what arrived,
     # so a read allocates no buffer of its full size. One per loop: fibers of
     # a loop never read concurrently.
+    # @api private
     # @return [String]
     def read_buffer
       @read_buffer ||= String.new(capacity: Evix::IO::CHUNK, encoding: Encoding::BINARY)
     end
 
     # Suspends the calling task for +seconds+.
+    # @param seconds [Numeric] not negative
     # @return [nil]
+    # @raise [Evix::Error] outside a task
+    # @raise [ArgumentError, TypeError] a nil, negative or non-Numeric +seconds+
     def sleep(seconds)
       raise Error, "Evix::Loop#sleep must be called inside a task" unless Task.current
       raise ArgumentError, "seconds must not be nil" if seconds.nil?
@@ -46,33 +57,14 @@ module Evix
       nil
     end
 
-    # Runs the block on the offload pool and returns its value to the calling
-    # task (or fiber of an Evix::Scheduler) without blocking the loop; the
-    # block's exception is raised in the caller.
-    # @return [Object] the block's value
-    def offload(&block)
-      raise ArgumentError, "offload requires a block" unless block
-      raise Error, "Evix::Loop#offload must be called from a fiber the loop runs" if Fiber.current.blocking?
-
-      outcome = nil
-      token = nil
-      keeper = add_timer(86_400) {} # keeps #run going while the job is out
-      Evix.offload_pool.submit(self, block) do |value, error|
-        outcome = [value, error]
-        resume(token) if token
-      end
-      suspend { |t| token = t } until outcome
-      raise outcome[1] if outcome[1]
-
-      outcome[0]
-    ensure
-      keeper&.cancel
-    end
-
     # Runs the block on this loop, in a new task, whenever +signal+ arrives
     # (replacing this loop's earlier block for it). Other loops, on any
     # thread, may handle the same signal: each runs its own block.
+    # @param signal [Symbol, String, Integer] :INT, "SIGINT", 2...
+    # @yieldparam signo [Integer] the signal number
     # @return [Integer] the signal number
+    # @raise [ArgumentError] an unknown signal, one Ruby reserves (SIGVTALRM...), no block
+    # @raise [Errno::EINVAL] a signal that cannot be caught (SIGKILL, SIGSTOP)
     def add_signal(signal, &)
       ensure_usable!
       Signals.number(signal)
@@ -89,6 +81,7 @@ module Evix
     # stop handling it restores the handler that was there before evix.
     # The self-pipe stays open until #close: its read end is reserved as the
     # loop's own fd, which a new pipe could otherwise reuse.
+    # @param signal [Symbol, String, Integer]
     # @return [Boolean] whether a handler was removed
     def remove_signal(signal)
       ensure_usable!

@@ -1,7 +1,58 @@
 # frozen_string_literal: true
 
-# The offload thread pool (see Evix::Loop#offload).
+# Offload, all of it: blocking work run on a pool of threads while the fiber
+# that asked for it waits without blocking its loop. Evix.offload (under
+# Evix.run) and Evix::Loop#offload (in any fiber a loop runs), the
+# process-wide pool they share (Evix.offload_pool), and the pool
+# (Evix::Offload).
 module Evix
+  # Runs the block on the offload pool from a fiber of the current
+  # Evix::Scheduler and returns its value (see Evix::Loop#offload).
+  # @yieldreturn [Object] what the call returns
+  # @return [Object] the block's value
+  # @raise [Evix::Error] outside Evix.run
+  # @raise [Exception] the block's exception
+  def self.offload(&)
+    scheduler = Fiber.scheduler
+    raise Error, "Evix.offload must be called inside Evix.run" unless scheduler.is_a?(Scheduler)
+
+    scheduler.loop.offload(&)
+  end
+
+  # Loop#offload.
+  class Loop
+    # Runs the block on the offload pool and returns its value to the calling
+    # task (or fiber of an Evix::Scheduler) without blocking the loop; the
+    # block's exception is raised in the caller. While the job is out the
+    # loop stays alive: #run does not return for want of anything to do.
+    # @yieldreturn [Object] what the call returns
+    # @return [Object] the block's value
+    # @raise [ArgumentError] without a block
+    # @raise [Evix::Error] outside a fiber the loop runs
+    # @raise [Exception] the block's exception
+    def offload(&block)
+      raise ArgumentError, "offload requires a block" unless block
+      raise Error, "Evix::Loop#offload must be called from a fiber the loop runs" if Fiber.current.blocking?
+
+      outcome = nil
+      token = nil
+      # A hold (native: a count the loop's alive check includes) keeps #run
+      # going while the job is out, with nothing else to do.
+      hold
+      held = true
+      Evix.offload_pool.submit(self, block) do |value, error|
+        outcome = [value, error]
+        resume(token) if token
+      end
+      suspend { |t| token = t } until outcome
+      raise outcome[1] if outcome[1]
+
+      outcome[0]
+    ensure
+      release_hold if held
+    end
+  end
+
   # A bounded pool of threads for blocking work. Jobs run on a pool thread;
   # their result (or exception) is handed back to the loop with Loop#post.
   #
@@ -14,6 +65,7 @@ module Evix
     attr_reader :size
 
     # @param size [Integer] the most threads the pool starts
+    # @raise [ArgumentError] +size+ is not a positive Integer
     def initialize(size: 4)
       unless size.is_a?(Integer) && size.positive?
         raise ArgumentError,
@@ -27,7 +79,13 @@ module Evix
     end
 
     # Runs +work+ on a pool thread and calls +done+ with [value, error] on
-    # +loop+'s thread. @return [nil]
+    # +loop+'s thread.
+    # @param loop [Evix::Loop] where +done+ runs (through Loop#post)
+    # @param work [#call] what runs on a pool thread
+    # @yieldparam value [Object, nil] what +work+ returned
+    # @yieldparam error [Exception, nil] what +work+ raised
+    # @return [nil]
+    # @raise [Evix::ClosedError] the pool is closed
     def submit(loop, work, &done)
       raise ClosedError, "offload pool is closed" if @jobs.closed?
 
@@ -38,7 +96,9 @@ module Evix
       nil
     end
 
-    # Stops the threads once queued jobs are done. @return [nil]
+    # Stops the threads once queued jobs are done; later #submit calls raise
+    # Evix::ClosedError.
+    # @return [nil]
     def close
       @jobs.close
       # Each thread leaves @threads as it ends (see #work_off), and one that

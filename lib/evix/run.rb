@@ -2,7 +2,7 @@
 
 require "English"
 
-# Evix.run and Evix.offload: the scheduler as one call.
+# Evix.run: the scheduler as one call.
 module Evix
   class << self
     # Runs the block in a fiber under an Evix::Scheduler and returns its
@@ -16,7 +16,11 @@ module Evix
     # ensure blocks run for up to +cancel_timeout+ seconds, then propagates;
     # later exceptions are in its #suppressed.
     # @param cancel_timeout [Numeric] seconds cancelled fibers get to finish
+    # @yieldreturn [Object] what the run returns
     # @return [Object] the block's value
+    # @raise [ArgumentError] without a block
+    # @raise [Evix::Error] another fiber scheduler is set on this thread
+    # @raise [Exception] the run's first failure (later ones in its #suppressed)
     def run(cancel_timeout: 5, &block)
       raise ArgumentError, "Evix.run requires a block" unless block
 
@@ -26,16 +30,6 @@ module Evix
       raise Error, "another fiber scheduler is set on this thread" if scheduler
 
       top_level_run(cancel_timeout, &block)
-    end
-
-    # Runs the block on the offload pool from a fiber of the current
-    # Evix::Scheduler and returns its value (see Evix::Loop#offload).
-    # @return [Object]
-    def offload(&)
-      scheduler = Fiber.scheduler
-      raise Error, "Evix.offload must be called inside Evix.run" unless scheduler.is_a?(Scheduler)
-
-      scheduler.loop.offload(&)
     end
 
     private

@@ -38,7 +38,7 @@ module Evix
 
     # Tries until the server takes the connection (true) or the deadline
     # passes (false), pausing longer each time it is busy.
-    def establish(evloop, socket, address, deadline)
+    def establish(loop, socket, address, deadline)
       pause = RETRY_PAUSES[0]
       begin
         socket.connect_nonblock(address, exception: false)
@@ -47,7 +47,7 @@ module Evix
         left = deadline && (deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC))
         return false if left && left <= 0
 
-        evloop.sleep(left ? [pause, left].min : pause)
+        loop.sleep(left ? [pause, left].min : pause)
         pause = [pause * 2, RETRY_PAUSES[1]].min
         retry
       end

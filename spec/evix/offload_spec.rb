@@ -180,6 +180,60 @@ RSpec.describe Evix::Offload do
       expect(error&.message).to eq("task")
     end
 
+    it "keeps #run going while the job is out by a hold, not a timer, and lets go of it after" do
+      evloop = new_loop
+      gate = Thread::Queue.new
+      value = nil
+      evloop.spawn { value = evloop.offload { gate.pop } }
+      evloop.run_once(0) # the task starts and parks while its job waits at the gate
+      expect(evloop.alive?).to be(true)
+      expect(evloop.stats[:timers]).to eq(0)
+      gate << :through
+      run_loop_until(evloop) { value }
+      expect(value).to eq(:through)
+      expect(evloop.alive?).to be(false)
+    end
+
+    it "lets go of its hold when the caller is interrupted before the result comes" do
+      evloop = new_loop
+      gate = Thread::Queue.new
+      task = evloop.spawn { evloop.offload { gate.pop } }
+      evloop.run_once(0)
+      task.cancel
+      run_loop_until(evloop) { !task.alive? }
+      expect(task).to be_cancelled
+      expect(evloop.alive?).to be(false)
+    ensure
+      gate << :late # the abandoned job ends; its result goes nowhere
+    end
+
+    it "holds the loop by a count (private #hold, #release_hold): #run returns once every hold is released",
+       timing: true do
+      result = in_child do
+        evloop = Evix::Loop.new
+        idle = evloop.alive?
+        2.times { evloop.send(:hold) }
+        first = evloop.send(:release_hold)
+        Thread.new do
+          sleep 0.1
+          evloop.post { evloop.send(:release_hold) }
+        end
+        took = elapsed { evloop.run }
+        [idle, first, took, evloop.alive?, evloop.send(:release_hold)]
+      end
+      idle, first, took, alive, extra = result
+      expect([idle, first]).to eq([false, true])
+      expect(took).to be_between(0.09, 2) # held until the other thread's post released it
+      expect([alive, extra]).to eq([false, false]) # nothing held after: a release too many is refused
+    end
+
+    it "lets go of a hold quietly on a closed loop (an offload's ensure may run after Loop#close)" do
+      evloop = new_loop
+      evloop.send(:hold)
+      evloop.close
+      expect(evloop.send(:release_hold)).to be(false)
+    end
+
     it "raises Evix::Error when called outside a fiber the loop runs" do
       evloop = new_loop
       expect { evloop.offload { :never } }.to raise_error(Evix::Error)

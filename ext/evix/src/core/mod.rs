@@ -227,6 +227,8 @@ pub struct Loop<C> {
     kind: BackendKind,
     running: Cell<bool>,
     stop: Cell<bool>,
+    /// Outside work the loop waits for (see `hold`).
+    holds: Cell<usize>,
 }
 
 impl<C> Drop for Loop<C> {
@@ -272,6 +274,7 @@ impl<C: Clone> Loop<C> {
             kind,
             running: Cell::new(false),
             stop: Cell::new(false),
+            holds: Cell::new(0),
         })
     }
 
@@ -489,8 +492,22 @@ impl<C: Clone> Loop<C> {
         self.stop.set(true);
     }
 
+    /// Keeps the loop alive, as a referenced timer would, for work done
+    /// elsewhere that will `post` back (a job on another thread), until the
+    /// matching [`Loop::release_hold`].
+    pub fn hold(&self) {
+        self.holds.set(self.holds.get() + 1);
+    }
+
+    /// Ends one [`Loop::hold`]; `false` if none was held.
+    pub fn release_hold(&self) -> bool {
+        let holds = self.holds.get();
+        self.holds.set(holds.saturating_sub(1));
+        holds > 0
+    }
+
     /// Anything referenced left: immediates, deferred or posted callbacks,
-    /// referenced timers or watchers.
+    /// referenced timers or watchers, holds.
     pub fn alive(&self) -> bool {
         let state = self.state.borrow();
         !state.immediates.is_empty()
@@ -499,6 +516,7 @@ impl<C: Clone> Loop<C> {
             || state.timers.referenced() > 0
             || state.registry.referenced() > 0
             || self.shared.has_work()
+            || self.holds.get() > 0
     }
 
     pub fn stats(&self) -> Stats {

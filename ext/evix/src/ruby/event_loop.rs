@@ -751,6 +751,22 @@ impl RbLoop {
         Ok(Self::this(ruby, &rb_self)?.usable(ruby)?.alive())
     }
 
+    /// `hold`, private: keeps `run` going, as a referenced timer would, until
+    /// the matching `release_hold` (Loop#offload while its job is out).
+    fn hold(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+        rb_self.usable(ruby)?.hold();
+        Ok(())
+    }
+
+    /// `release_hold`, private: ends one `hold`; false if none was held.
+    /// Quiet on a closed loop, which holds nothing (it is called from ensure).
+    fn release_hold(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
+        if rb_self.core.is_closed() {
+            return Ok(false);
+        }
+        Ok(rb_self.usable(ruby)?.release_hold())
+    }
+
     fn stop(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
         rb_self.usable(ruby)?.stop();
         Ok(())
@@ -925,6 +941,8 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("run", method!(RbLoop::run, -1))?;
     class.define_method("run_once", method!(RbLoop::run_once, -1))?;
     class.define_method("alive?", method!(RbLoop::alive, 0))?;
+    class.define_private_method("hold", method!(RbLoop::hold, 0))?;
+    class.define_private_method("release_hold", method!(RbLoop::release_hold, 0))?;
     class.define_method("stop", method!(RbLoop::stop, 0))?;
     class.define_method("close", method!(RbLoop::close, 0))?;
     class.define_method("closed?", method!(RbLoop::is_closed, 0))?;

@@ -672,3 +672,23 @@ fn a_reused_fd_number_ends_the_old_waits_closed_and_serves_the_new_file() {
         close(w2);
     });
 }
+
+#[test]
+fn a_hold_keeps_run_going_until_it_is_released() {
+    let lp: TestLoop = Loop::new(BackendKind::Poll).unwrap();
+    assert!(!lp.alive());
+    lp.hold();
+    assert!(lp.alive());
+    let released = Rc::new(Cell::new(false));
+    let r = released.clone();
+    let key = lp.add_timer(
+        Duration::from_millis(5),
+        None,
+        cb(move |lp, _| r.set(lp.release_hold())),
+    );
+    lp.timer_set_ref(key, false); // only the hold keeps `run` going
+    lp.run(RunMode::Default, &mut Calls(&lp)).unwrap();
+    assert!(released.get());
+    assert!(!lp.alive());
+    assert!(!lp.release_hold(), "one release per hold");
+}
