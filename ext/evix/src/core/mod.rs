@@ -17,7 +17,7 @@ mod waiters;
 
 pub use pulse::Pulse;
 pub use registry::Pin;
-pub use shared::{Closed, Shared, Wake};
+pub use shared::{Closed, LoopWaker, Shared};
 pub use slab::Key;
 
 use crate::sys::{Backend, BackendKind, Event, Interest, WAKER_TOKEN};
@@ -120,15 +120,15 @@ pub trait Driver<C> {
         false
     }
 
-    /// Runs `wait`, which may block; `wake` interrupts it from another thread.
+    /// Runs `wait`, which may block; `waker` interrupts it from another thread.
     /// It must not run callbacks or anything else that may call into the
     /// loop: the backend is borrowed meanwhile. The default simply calls it.
     fn block(
         &mut self,
-        wake: &Wake,
+        waker: &LoopWaker,
         wait: &mut dyn FnMut() -> io::Result<()>,
     ) -> Result<io::Result<()>, Self::Error> {
-        let _ = wake;
+        let _ = waker;
         Ok(wait())
     }
 
@@ -249,7 +249,7 @@ impl<C: Clone> Loop<C> {
     pub fn new(kind: BackendKind) -> io::Result<Loop<C>> {
         let mut backend = Backend::new(kind)?;
         let shared = Arc::new(Shared::new()?);
-        let waker_fd = shared.wake.fd().expect("a new waker is open");
+        let waker_fd = shared.waker.fd().expect("a new waker is open");
         backend.register(waker_fd, WAKER_TOKEN, Interest::READ)?;
         Ok(Loop {
             state: RefCell::new(State {
@@ -721,7 +721,7 @@ impl<C: Clone> Loop<C> {
                 .map_err(RunError::Io)?;
             return Ok(false);
         }
-        let outcome = driver.block(&self.shared.wake, &mut || backend.wait(events, timeout));
+        let outcome = driver.block(&self.shared.waker, &mut || backend.wait(events, timeout));
         self.shared.after_block();
         let result = outcome.map_err(|e| {
             events.clear();
@@ -744,7 +744,7 @@ impl<C: Clone> Loop<C> {
                 ingested
             };
             if ingested.woken {
-                self.shared.wake.drain();
+                self.shared.waker.drain();
             }
             if ingested.stale {
                 self.rebuild_backend(backend).map_err(RunError::Io)?;
@@ -774,7 +774,7 @@ impl<C: Clone> Loop<C> {
     /// the one way to drop a stale kernel registration (see `Ingested::stale`).
     fn rebuild_backend(&self, backend: &mut Backend) -> io::Result<()> {
         let mut fresh = Backend::new(backend.kind())?;
-        let waker_fd = self.shared.wake.fd().expect("an open loop has a waker");
+        let waker_fd = self.shared.waker.fd().expect("an open loop has a waker");
         fresh.register(waker_fd, WAKER_TOKEN, Interest::READ)?;
         self.state.borrow_mut().registry.register_all(&mut fresh);
         *backend = fresh;

@@ -3,7 +3,7 @@
 //! them for the core.
 
 use super::{errors, nogvl};
-use crate::core::{Driver, Fire, Loop, Wake};
+use crate::core::{Driver, Fire, Loop, LoopWaker};
 use magnus::{
     block::Proc,
     gc::Marker,
@@ -234,10 +234,10 @@ impl Driver<Callback> for RubyDriver<'_> {
 
     fn block(
         &mut self,
-        wake: &Wake,
+        waker: &LoopWaker,
         wait: &mut dyn FnMut() -> io::Result<()>,
     ) -> Result<io::Result<()>, Error> {
-        match nogvl::without_gvl(wait, &|| wake.force_from_signal()) {
+        match nogvl::without_gvl(wait, &|| waker.force_from_signal()) {
             nogvl::Blocked::Done(result) => Ok(result),
             // An interrupt was already pending: `after_block` handles it.
             nogvl::Blocked::Interrupted => Ok(Ok(())),

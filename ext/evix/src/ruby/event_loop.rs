@@ -134,7 +134,7 @@ impl RbLoop {
             scan_args::get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &[*BACKEND])?;
         let kind = backend_kind(ruby, kw.optional.0)?;
         let core = Loop::new(kind).map_err(|e| errors::os(ruby, e, "Evix::Loop.new"))?;
-        let waker_fd = core.shared().wake.fd().unwrap_or(-1);
+        let waker_fd = core.shared().waker.fd().unwrap_or(-1);
         Ok(RbLoop {
             core,
             owner: Cell::new(current_thread()),
@@ -681,7 +681,7 @@ impl RbLoop {
     }
 
     fn wakeup(&self) {
-        self.core.shared().wake.wake();
+        self.core.shared().waker.wake();
     }
 
     fn run(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<(), Error> {

@@ -515,7 +515,7 @@ fn a_watched_fd_closed_while_its_file_stays_open_elsewhere_does_not_spin() {
         once(&lp);
         assert_eq!(*log.borrow(), ["other"], "{kind:?}");
         lp.add_timer(Duration::from_secs(30), None, logger(&log, "timer"));
-        lp.shared().wake.force();
+        lp.shared().waker.force();
         let started = Instant::now();
         lp.run(RunMode::Once, &mut Calls(&lp)).unwrap();
         assert!(started.elapsed() < Duration::from_secs(5), "{kind:?}");
