@@ -16,9 +16,10 @@ mod timers;
 mod waiters;
 
 pub use pulse::Pulse;
-pub use registry::Pin;
+pub use registry::{FdOwner, WatcherKey};
 pub use shared::{Closed, LoopWaker, Shared};
-pub use slab::Key;
+pub use timers::TimerKey;
+pub use waiters::WaitKey;
 
 use crate::sys::{Backend, BackendKind, Event, Interest, WAKER_TOKEN};
 use registry::Registry;
@@ -46,7 +47,7 @@ pub enum Fire {
 #[derive(Clone, Debug)]
 enum Slot<C> {
     Call(C),
-    Wake(Key),
+    Wake(WaitKey),
 }
 
 impl<C> Slot<C> {
@@ -71,7 +72,7 @@ pub struct WaitOf {
 #[derive(Debug)]
 pub enum Parked<C> {
     /// Parked under this key until a trigger, `wake` or a release ends it.
-    Waiting(Key),
+    Waiting(WaitKey),
     /// Not parked: an end of wait (a cancellation) was pending for the owner.
     Pending(C),
 }
@@ -171,7 +172,7 @@ struct State<C> {
 impl<C: Clone> State<C> {
     /// Ends the wait under `key` and cancels its other trigger; the waiter's
     /// resume callback, or `None` if the wait already ended.
-    fn unpark(&mut self, key: Key) -> Option<C> {
+    fn unpark(&mut self, key: WaitKey) -> Option<C> {
         let waiter = self.waiters.unpark(key)?;
         if let Some(watcher) = waiter.watcher {
             self.registry.remove(watcher);
@@ -305,7 +306,7 @@ impl<C: Clone> Loop<C> {
         self.state.borrow_mut().deferred.push_back(callback);
     }
 
-    pub fn add_timer(&self, delay: Duration, interval: Option<Duration>, callback: C) -> Key {
+    pub fn add_timer(&self, delay: Duration, interval: Option<Duration>, callback: C) -> TimerKey {
         let deadline = deadline_after(Instant::now(), delay);
         self.state
             .borrow_mut()
@@ -314,23 +315,23 @@ impl<C: Clone> Loop<C> {
     }
 
     /// Moves an active timer to now + `delay`; `false` if it is not active.
-    pub fn timer_again(&self, key: Key, delay: Duration) -> bool {
+    pub fn timer_again(&self, key: TimerKey, delay: Duration) -> bool {
         let deadline = deadline_after(Instant::now(), delay);
         self.state.borrow_mut().timers.again(key, deadline)
     }
 
     /// Cancels a timer; `false` if it was not active.
-    pub fn cancel_timer(&self, key: Key) -> bool {
+    pub fn cancel_timer(&self, key: TimerKey) -> bool {
         // Drop the callback only after the borrow ends (dropping may run code).
         let removed = self.state.borrow_mut().timers.cancel(key);
         removed.is_some()
     }
 
-    pub fn timer_active(&self, key: Key) -> bool {
+    pub fn timer_active(&self, key: TimerKey) -> bool {
         self.state.borrow().timers.is_active(key)
     }
 
-    pub fn timer_set_ref(&self, key: Key, referenced: bool) {
+    pub fn timer_set_ref(&self, key: TimerKey, referenced: bool) {
         self.state.borrow_mut().timers.set_ref(key, referenced);
     }
 
@@ -340,9 +341,9 @@ impl<C: Clone> Loop<C> {
         interest: Interest,
         oneshot: bool,
         callback: C,
-        pin: Option<Pin<C>>,
-    ) -> io::Result<Key> {
-        self.watch(fd, interest, oneshot, Slot::Call(callback), pin)
+        owner: Option<FdOwner<C>>,
+    ) -> io::Result<WatcherKey> {
+        self.watch(fd, interest, oneshot, Slot::Call(callback), owner)
     }
 
     fn watch(
@@ -351,19 +352,19 @@ impl<C: Clone> Loop<C> {
         interest: Interest,
         oneshot: bool,
         slot: Slot<C>,
-        pin: Option<Pin<C>>,
-    ) -> io::Result<Key> {
+        owner: Option<FdOwner<C>>,
+    ) -> io::Result<WatcherKey> {
         let mut poller = self.poller.borrow_mut();
         let backend = poller.backend.as_mut().ok_or_else(closed_error)?;
         let mut state = self.state.borrow_mut();
         let before = state.registry.generation(fd);
-        let pin = pin.map(|pin| Pin {
-            owner: pin.owner,
-            keep: Slot::Call(pin.keep),
+        let owner = owner.map(|owner| FdOwner {
+            id: owner.id,
+            keep: Slot::Call(owner.keep),
         });
         let added = state
             .registry
-            .add(backend, fd, interest, oneshot, slot, pin);
+            .add(backend, fd, interest, oneshot, slot, owner);
         state.take_orphans();
         let after = state.registry.generation(fd);
         drop(state);
@@ -383,7 +384,7 @@ impl<C: Clone> Loop<C> {
         &self,
         owner: u64,
         resume: C,
-        io: Option<(RawFd, Interest, Option<Pin<C>>)>,
+        io: Option<(RawFd, Interest, Option<FdOwner<C>>)>,
         timeout: Option<Duration>,
     ) -> io::Result<Parked<C>> {
         let key = {
@@ -395,14 +396,15 @@ impl<C: Clone> Loop<C> {
         };
         let watcher = match io {
             None => None,
-            Some((fd, interest, pin)) => match self.watch(fd, interest, true, Slot::Wake(key), pin)
-            {
-                Ok(watcher) => Some(watcher),
-                Err(e) => {
-                    self.state.borrow_mut().waiters.unpark(key);
-                    return Err(e);
+            Some((fd, interest, fd_owner)) => {
+                match self.watch(fd, interest, true, Slot::Wake(key), fd_owner) {
+                    Ok(watcher) => Some(watcher),
+                    Err(e) => {
+                        self.state.borrow_mut().waiters.unpark(key);
+                        return Err(e);
+                    }
                 }
-            },
+            }
         };
         let mut state = self.state.borrow_mut();
         let deadline = timeout.map(|delay| deadline_after(Instant::now(), delay));
@@ -413,12 +415,12 @@ impl<C: Clone> Loop<C> {
 
     /// Ends the wait under `key` (its watcher and timer are cancelled): its
     /// resume callback, for the caller to call; `None` if it already ended.
-    pub fn unpark(&self, key: Key) -> Option<C> {
+    pub fn unpark(&self, key: WaitKey) -> Option<C> {
         self.state.borrow_mut().unpark(key)
     }
 
     /// The wait `owner` is parked in, if any.
-    pub fn parked(&self, owner: u64) -> Option<Key> {
+    pub fn parked(&self, owner: u64) -> Option<WaitKey> {
         self.state.borrow_mut().waiters.parked(owner)
     }
 
@@ -471,16 +473,16 @@ impl<C: Clone> Loop<C> {
 
     /// Removes a watcher; `false` if it was not active. Never an error, even
     /// when the fd was closed already.
-    pub fn cancel_watcher(&self, key: Key) -> bool {
+    pub fn cancel_watcher(&self, key: WatcherKey) -> bool {
         let removed = self.state.borrow_mut().registry.remove(key);
         removed.is_some()
     }
 
-    pub fn watcher_active(&self, key: Key) -> bool {
+    pub fn watcher_active(&self, key: WatcherKey) -> bool {
         self.state.borrow().registry.is_active(key)
     }
 
-    pub fn watcher_set_ref(&self, key: Key, referenced: bool) {
+    pub fn watcher_set_ref(&self, key: WatcherKey, referenced: bool) {
         self.state.borrow_mut().registry.set_ref(key, referenced);
     }
 

@@ -17,6 +17,11 @@
 use super::slab::{Key, Slab};
 use std::time::{Duration, Instant};
 
+/// Names a timer. A distinct type from a watcher's key, so one cannot be
+/// passed as the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TimerKey(Key);
+
 /// Children per heap node: half the depth of a binary heap, and a node's
 /// children are contiguous.
 const ARITY: usize = 4;
@@ -96,7 +101,7 @@ pub fn deadline_after(now: Instant, delay: Duration) -> Instant {
 }
 
 impl<C: Clone> Timers<C> {
-    pub fn add(&mut self, deadline: Instant, interval: Option<Duration>, callback: C) -> Key {
+    pub fn add(&mut self, deadline: Instant, interval: Option<Duration>, callback: C) -> TimerKey {
         let seq = self.bump_seq();
         let key = self.slab.insert(Entry {
             callback,
@@ -106,11 +111,11 @@ impl<C: Clone> Timers<C> {
         });
         self.referenced += 1;
         self.arm(key.index, seq, deadline);
-        key
+        TimerKey(key)
     }
 
     /// Moves an active timer's deadline; `false` if the key is stale.
-    pub fn again(&mut self, key: Key, deadline: Instant) -> bool {
+    pub fn again(&mut self, TimerKey(key): TimerKey, deadline: Instant) -> bool {
         let seq = self.next_seq;
         let Some(entry) = self.slab.get_mut(key) else {
             return false;
@@ -121,7 +126,7 @@ impl<C: Clone> Timers<C> {
         true
     }
 
-    pub fn cancel(&mut self, key: Key) -> Option<C> {
+    pub fn cancel(&mut self, TimerKey(key): TimerKey) -> Option<C> {
         let entry = self.slab.remove(key)?;
         if entry.referenced {
             self.referenced -= 1;
@@ -130,11 +135,11 @@ impl<C: Clone> Timers<C> {
         Some(entry.callback)
     }
 
-    pub fn is_active(&self, key: Key) -> bool {
+    pub fn is_active(&self, TimerKey(key): TimerKey) -> bool {
         self.slab.get(key).is_some()
     }
 
-    pub fn set_ref(&mut self, key: Key, referenced: bool) {
+    pub fn set_ref(&mut self, TimerKey(key): TimerKey, referenced: bool) {
         if let Some(entry) = self.slab.get_mut(key) {
             if entry.referenced != referenced {
                 entry.referenced = referenced;
@@ -220,7 +225,7 @@ impl<C: Clone> Timers<C> {
         if !self.is_live(&node) {
             return None;
         }
-        let key = self.slab.key_of(node.index);
+        let key = TimerKey(self.slab.key_of(node.index));
         let entry = self.slab.at_mut(node.index);
         match entry.interval {
             Some(interval) => {
@@ -488,7 +493,7 @@ mod tests {
     fn taken_timers_can_be_cancelled_re_armed_or_put_back() {
         let mut timers = Timers::default();
         let base = Instant::now();
-        let keys: Vec<Key> = (0..4).map(|i| timers.add(at(base, i), None, i)).collect();
+        let keys: Vec<TimerKey> = (0..4).map(|i| timers.add(at(base, i), None, i)).collect();
         let mut due = Vec::new();
         timers.take_due(at(base, 10), timers.sequence_mark(), &mut due, 10);
         assert_eq!(due.len(), 4);
@@ -520,7 +525,7 @@ mod tests {
         let base = Instant::now();
         // Reference: id -> (deadline ms, seq); fire order = sort by (deadline, seq).
         let mut model: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        let mut keys: BTreeMap<u32, Key> = BTreeMap::new();
+        let mut keys: BTreeMap<u32, TimerKey> = BTreeMap::new();
         let mut seq = 0u64;
         let mut now = 0u64;
         for id in 0..20_000u32 {

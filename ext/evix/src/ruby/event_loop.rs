@@ -7,7 +7,7 @@ use super::nogvl;
 use super::stall_probe::RbStallProbe;
 use super::timer::RbTimer;
 use super::watcher::RbWatcher;
-use crate::core::{Driver, Fire, Key, Loop, Parked, Pin, RunError, RunMode};
+use crate::core::{Driver, FdOwner, Fire, Loop, Parked, RunError, RunMode, WaitKey};
 use crate::sys::Interest;
 use crate::sys::{fork, BackendKind};
 use magnus::rb_sys::AsRawValue;
@@ -115,18 +115,6 @@ fn pending_error(ruby: &Ruby, end: Callback) -> Error {
         )
 }
 
-/// A wait's key as the Integer token Ruby code holds.
-fn token(key: Key) -> u64 {
-    (u64::from(key.generation) << 32) | u64::from(key.index)
-}
-
-fn key_of(token: u64) -> Key {
-    Key {
-        index: token as u32,
-        generation: (token >> 32) as u32,
-    }
-}
-
 impl RbLoop {
     fn new(ruby: &Ruby, args: &[Value]) -> Result<Self, Error> {
         let args = scan_args::scan_args::<(), (), (), (), RHash, ()>(args)?;
@@ -232,7 +220,7 @@ impl RbLoop {
         &self,
         ruby: &Ruby,
         core: &Loop<Callback>,
-        io: Option<(RawFd, Interest, Option<Pin<Callback>>)>,
+        io: Option<(RawFd, Interest, Option<FdOwner<Callback>>)>,
         timeout: Option<Duration>,
         on_park: impl FnOnce(u64) -> Result<(), Error>,
         os_error: impl FnOnce(io::Error) -> Error,
@@ -256,7 +244,7 @@ impl RbLoop {
             Parked::Waiting(key) => key,
             Parked::Pending(end) => return Err(pending_error(ruby, end)),
         };
-        if let Err(e) = on_park(token(key)) {
+        if let Err(e) = on_park(key.to_bits()) {
             core.unpark(key);
             return Err(e);
         }
@@ -426,7 +414,7 @@ impl RbLoop {
     /// Suspends the calling fiber until `io` is ready for `events` and
     /// returns the ready bits, or nil once `timeout` passed; raises
     /// `Evix::ClosedError` if the IO is released or closed meanwhile. The
-    /// fd's registration is pinned to `io` (see `core::Pin`), so waiting
+    /// fd's registration is pinned to `io` (see `core::FdOwner`), so waiting
     /// again costs no syscall.
     pub(super) fn wait_io(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
         Self::wait_io_with(ruby, rb_self, args, |e, fd| {
@@ -449,16 +437,16 @@ impl RbLoop {
         this.check_not_reserved(ruby, fd)?;
         let (interest, _) = args::events(ruby, args[1])?;
         let timeout = args::optional_seconds(ruby, args::optional(args, 2), "timeout")?;
-        // The pin keeps the IO alive; the loop's mark reaches it. (The core
-        // drops it unless the fd's registration is new or changes owner.)
-        let pin = keep.map(|io| Pin {
-            owner: (io.as_raw(), REOPENS.load(Ordering::Relaxed)),
+        // The owner keeps the IO alive; the loop's mark reaches it. (The
+        // core drops it unless the fd's registration is new or changes owner.)
+        let fd_owner = keep.map(|io| FdOwner {
+            id: (io.as_raw(), REOPENS.load(Ordering::Relaxed)),
             keep: Callback::keep_alive(io),
         });
         let outcome = this.park_current(
             ruby,
             core,
-            Some((fd, interest, pin)),
+            Some((fd, interest, fd_owner)),
             timeout,
             |_| Ok(()),
             |e| os_error(e, fd),
@@ -530,7 +518,7 @@ impl RbLoop {
 
     fn resume_token(&self, ruby: &Ruby, token: u64, value: Value) -> Result<bool, Error> {
         let core = self.usable(ruby)?;
-        match errors::guard(ruby, || Ok(core.unpark(key_of(token))))? {
+        match errors::guard(ruby, || Ok(core.unpark(WaitKey::from_bits(token))))? {
             Some(resume) => {
                 self.deliver(ruby, core, resume.with_value(value))?;
                 Ok(true)

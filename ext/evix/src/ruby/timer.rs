@@ -3,7 +3,7 @@
 use super::args;
 use super::callback::Callback;
 use super::event_loop::RbLoop;
-use crate::core::Key;
+use crate::core::TimerKey;
 use magnus::{
     block::Proc, gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions,
     Error, RModule, Ruby, TypedData, Value,
@@ -15,7 +15,7 @@ use std::time::Duration;
 #[magnus(class = "Evix::Timer", free_immediately, size, mark, wb_protected)]
 pub struct RbTimer {
     owner: Opaque<Obj<RbLoop>>,
-    key: Cell<Key>,
+    key: Cell<TimerKey>,
     block: Opaque<Proc>,
     delay: Cell<Duration>,
     interval: Option<Duration>,
@@ -32,7 +32,7 @@ impl DataTypeFunctions for RbTimer {
 impl RbTimer {
     pub fn new(
         owner: Obj<RbLoop>,
-        key: Key,
+        key: TimerKey,
         block: Proc,
         delay: Duration,
         interval: Option<Duration>,

@@ -1,7 +1,7 @@
 //! `Evix::Watcher`: the handle `Evix::Loop#add_io` returns.
 
 use super::event_loop::RbLoop;
-use crate::core::Key;
+use crate::core::WatcherKey;
 use magnus::{
     gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error,
     RModule, Ruby, TypedData,
@@ -12,7 +12,7 @@ use std::cell::Cell;
 #[magnus(class = "Evix::Watcher", free_immediately, size, mark, wb_protected)]
 pub struct RbWatcher {
     owner: Opaque<Obj<RbLoop>>,
-    key: Key,
+    key: WatcherKey,
     events: i64,
     referenced: Cell<bool>,
 }
@@ -24,7 +24,7 @@ impl DataTypeFunctions for RbWatcher {
 }
 
 impl RbWatcher {
-    pub fn new(owner: Obj<RbLoop>, key: Key, events: i64) -> Self {
+    pub fn new(owner: Obj<RbLoop>, key: WatcherKey, events: i64) -> Self {
         RbWatcher {
             owner: owner.into(),
             key,
