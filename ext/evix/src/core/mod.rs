@@ -29,7 +29,7 @@ use std::io;
 use std::os::unix::io::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use timers::{deadline_after, Due, Timers};
+use timers::{deadline_after, TimerPhase, Timers};
 use waiters::Waiters;
 
 /// Why a callback is called.
@@ -158,8 +158,6 @@ struct State<C> {
     immediates: VecDeque<C>,
     deferred: VecDeque<C>,
     timers: Timers<Slot<C>>,
-    /// The timer phase's batch buffer, kept between phases.
-    due: Vec<Due>,
     registry: Registry<Slot<C>>,
     waiters: Waiters<C>,
     /// Waiters whose fd was released or closed: resumed with
@@ -257,7 +255,6 @@ impl<C: Clone> Loop<C> {
                 immediates: VecDeque::new(),
                 deferred: VecDeque::new(),
                 timers: Timers::default(),
-                due: Vec::new(),
                 registry: Registry::default(),
                 waiters: Waiters::default(),
                 closed: VecDeque::new(),
@@ -784,112 +781,30 @@ impl<C: Clone> Loop<C> {
         Ok(())
     }
 
-    /// Phase 5: due timers. They are taken out of the heap in batches, each
-    /// against one clock read; the clock is read again after each batch, so
-    /// this fires what re-reading it after every callback would, in the same
-    /// order (see `Timers::take_due`). A timer cancelled or re-armed by an
-    /// earlier callback of its batch does not fire; one armed during the
-    /// phase waits for the next iteration.
+    /// Phase 5: due timers, fired in batches (see [`TimerPhase`]).
     fn run_timers<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
-        let (mark, mut now) = {
-            let mut state = self.state.borrow_mut();
-            // No clock read at all when no timer is armed.
-            let Some(earliest) = state.timers.earliest() else {
-                return Ok(());
-            };
-            let now = Instant::now();
-            if earliest > now {
-                return Ok(());
-            }
-            (state.timers.sequence_mark(), now)
+        let Some(mut phase) = TimerPhase::begin(&self.state, |state| &mut state.timers) else {
+            return Ok(());
         };
-        let mut batch = Batch {
-            state: &self.state,
-            due: std::mem::take(&mut self.state.borrow_mut().due),
-            next: 0,
-        };
-        loop {
-            batch.due.clear();
-            batch.next = 0;
-            self.state
-                .borrow_mut()
-                .timers
-                .take_due(now, mark, &mut batch.due, BATCH);
-            if batch.due.is_empty() {
-                return Ok(());
-            }
-            while let Some(&due) = batch.due.get(batch.next) {
-                let fired = {
-                    let mut state = self.state.borrow_mut();
-                    prefetch_ahead(&state.timers, driver, &batch.due[batch.next..]);
-                    let slot = state.timers.fire(due, Instant::now);
-                    slot.and_then(|slot| state.fired(slot))
-                };
-                batch.next += 1;
-                if let Some(callback) = fired {
-                    driver
-                        .invoke(callback, Fire::Timer)
-                        .map_err(RunError::Callback)?;
+        while let Some(callback) = phase.next(
+            |slot, level| {
+                if let Some(callback) = slot.call() {
+                    driver.prefetch(callback, level);
                 }
-            }
-            now = Instant::now();
+            },
+            |state, slot| state.fired(slot),
+        ) {
+            driver
+                .invoke(callback, Fire::Timer)
+                .map_err(RunError::Callback)?;
         }
+        Ok(())
     }
 
     /// Phase 6: deferred callbacks queued before the phase began.
     fn run_deferred<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
         let count = self.state.borrow().deferred.len();
         self.drain(driver, count, |state| &mut state.deferred, Fire::Deferred)
-    }
-}
-
-/// Due timers taken per clock read.
-const BATCH: usize = 256;
-
-/// How many timers ahead of the one firing the timer phase prefetches.
-const PREFETCH: usize = 4;
-
-/// Due timers sit in random places in memory, and so do the objects their
-/// callbacks touch: while `due[0]` fires, start loading what firing the next
-/// ones reads, as a pipeline in which each step finds the memory of the
-/// previous one arrived: the slot `3 * PREFETCH` timers ahead, the
-/// callback's object `2 * PREFETCH` ahead, what that points to `PREFETCH`
-/// ahead.
-fn prefetch_ahead<C: Clone, D: Driver<C>>(timers: &Timers<Slot<C>>, driver: &D, due: &[Due]) {
-    if let Some(&ahead) = due.get(3 * PREFETCH) {
-        timers.prefetch(ahead);
-    }
-    for (level, distance) in [(0, 2 * PREFETCH), (1, PREFETCH)] {
-        if let Some(callback) = due
-            .get(distance)
-            .and_then(|&ahead| timers.peek(ahead))
-            .and_then(Slot::call)
-        {
-            driver.prefetch(callback, level);
-        }
-    }
-}
-
-/// A batch of due timers being fired. However the phase ends (a callback's
-/// error or a panic), what was taken but not fired goes back into the heap,
-/// and the buffer back into the state for the next phase.
-struct Batch<'a, C: Clone> {
-    state: &'a RefCell<State<C>>,
-    due: Vec<Due>,
-    next: usize,
-}
-
-impl<C: Clone> Drop for Batch<'_, C> {
-    fn drop(&mut self) {
-        let Ok(mut state) = self.state.try_borrow_mut() else {
-            return;
-        };
-        for &due in &self.due[self.next..] {
-            state.timers.untake(due);
-        }
-        state.timers.end_phase();
-        self.due.clear();
-        state.due = std::mem::take(&mut self.due);
     }
 }
 
