@@ -1,9 +1,7 @@
 //! `Evix::Loop`: the Rust loop core as a Ruby object.
 
-use super::args;
-use super::callback::{self, owner_of, required_block, Callback, RubyDriver, Switch};
-use super::errors;
-use super::nogvl;
+use super::helpers::callback::{owner_of, required_block, Callback, RubyDriver, Switch};
+use super::helpers::{args, capi, errors};
 use super::stall_probe::RbStallProbe;
 use super::timer::RbTimer;
 use super::watcher::RbWatcher;
@@ -258,7 +256,7 @@ impl RbLoop {
         let result = match back_to {
             Some(target) => target.transfer::<_, Value>(()),
             None => ruby.fiber_yield::<_, Value>(()).map_err(|e| {
-                if callback::is_fiber_error(ruby, &e) {
+                if errors::is_fiber_error(ruby, &e) {
                     errors::evix(
                         ruby,
                         "Evix::Loop waits must be made inside a task or a fiber the loop runs",
@@ -313,9 +311,9 @@ impl RbLoop {
         Ok(())
     }
 
-    /// The core if the loop is open and on its thread, `None` if it is closed
-    /// (handles' cancel/active? are quiet on a closed loop).
-    pub fn open(&self, ruby: &Ruby) -> Result<Option<&Loop<Callback>>, Error> {
+    /// The core if the loop is open and on its thread (as `usable`), `None`
+    /// if it is closed (handles' cancel/active? are quiet on a closed loop).
+    pub fn usable_if_open(&self, ruby: &Ruby) -> Result<Option<&Loop<Callback>>, Error> {
         if self.core.is_closed() {
             return Ok(None);
         }
@@ -326,7 +324,7 @@ impl RbLoop {
     /// magnus's conversion to `Obj<Self>` or `&Self` costs an `rb_protect`
     /// around `rb_check_typeddata` per call.
     fn this<'a>(ruby: &Ruby, rb_self: &'a Value) -> Result<&'a Self, Error> {
-        nogvl::typed_ref(ruby, rb_self).ok_or_else(|| {
+        capi::typed_ref(ruby, rb_self).ok_or_else(|| {
             errors::type_error(
                 ruby,
                 format!(
@@ -651,7 +649,7 @@ impl RbLoop {
     /// it; this thread's loop `io` belongs to... each on its next iteration.
     fn io_closing(ruby: &Ruby, target: Value) -> Result<(), Error> {
         if let Some(file) = RFile::from_value(target) {
-            if let Ok(fd) = nogvl::io_descriptor(ruby, file) {
+            if let Ok(fd) = capi::io_descriptor(ruby, file) {
                 crate::core::closing::closing(fd);
             }
         }
@@ -838,7 +836,7 @@ fn descriptor(ruby: &Ruby, target: Value) -> Result<(i32, Option<Value>), Error>
 /// any IO).
 fn io_descriptor(ruby: &Ruby, file: RFile) -> Result<(i32, Option<Value>), Error> {
     let io = file.as_value();
-    match nogvl::io_descriptor(ruby, file) {
+    match capi::io_descriptor(ruby, file) {
         Ok(fd) => Ok((fd, Some(io))),
         Err(e) => {
             if io.funcall::<_, _, bool>(*CLOSED, ())? {

@@ -1,8 +1,7 @@
 //! `Evix::Timer`: the handle `Evix::Loop#add_timer` returns.
 
-use super::args;
-use super::callback::Callback;
 use super::event_loop::RbLoop;
+use super::helpers::{args, callback::Callback};
 use crate::core::TimerKey;
 use magnus::{
     block::Proc, gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions,
@@ -53,7 +52,7 @@ impl RbTimer {
 
     fn cancel(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
         let owner = rb_self.owner(ruby);
-        if let Some(core) = owner.open(ruby)? {
+        if let Some(core) = owner.usable_if_open(ruby)? {
             core.cancel_timer(rb_self.key.get());
         }
         Ok(())
@@ -62,7 +61,7 @@ impl RbTimer {
     fn is_active(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
         let owner = rb_self.owner(ruby);
         Ok(owner
-            .open(ruby)?
+            .usable_if_open(ruby)?
             .is_some_and(|core| core.timer_active(rb_self.key.get())))
     }
 

@@ -35,7 +35,7 @@ impl RbWatcher {
 
     fn cancel(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
         let owner = ruby.get_inner(rb_self.owner);
-        if let Some(core) = owner.open(ruby)? {
+        if let Some(core) = owner.usable_if_open(ruby)? {
             core.cancel_watcher(rb_self.key);
         }
         Ok(())
@@ -44,7 +44,7 @@ impl RbWatcher {
     fn is_active(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
         let owner = ruby.get_inner(rb_self.owner);
         Ok(owner
-            .open(ruby)?
+            .usable_if_open(ruby)?
             .is_some_and(|core| core.watcher_active(rb_self.key)))
     }
 

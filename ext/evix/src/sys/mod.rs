@@ -1,6 +1,7 @@
 //! OS backends. Every backend offers the same method list (`register`,
 //! `reregister`, `deregister`, `wait`); [`Backend`] picks one at run time.
-//! This folder and `ruby/nogvl.rs` are the only places with `unsafe`.
+//! This folder and `ruby/helpers/` (the binding's C-API helpers) are the
+//! only places with `unsafe`.
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};

@@ -2,7 +2,7 @@
 //! object to keep alive with it (a watcher's IO), and the driver that calls
 //! them for the core.
 
-use super::{errors, nogvl};
+use super::{capi, errors, nogvl};
 use crate::core::{Driver, Fire, Loop, LoopWaker};
 use magnus::{
     block::Proc,
@@ -147,7 +147,7 @@ impl RubyDriver<'_> {
                     Fire::Io(ready) => Some(ruby.into_value(ready.bits())),
                     _ => None,
                 };
-                nogvl::call_proc(ruby, block, arg)
+                capi::call_proc(ruby, block, arg)
             }
             Target::Fiber(fiber, switch) => {
                 let fiber = ruby.get_inner(fiber);
@@ -185,7 +185,7 @@ impl RubyDriver<'_> {
                 match fiber.transfer::<_, Value>((ruby.qnil(),)) {
                     // It is busy resuming a fiber of its own: that one
                     // switches back to it.
-                    Err(e) if is_fiber_error(ruby, &e) => Ok(()),
+                    Err(e) if errors::is_fiber_error(ruby, &e) => Ok(()),
                     Err(e) => Err(e),
                     Ok(_) => {
                         self.recover(fiber);
@@ -224,7 +224,7 @@ impl Driver<Callback> for RubyDriver<'_> {
         match level {
             // A heap object's VALUE is its address.
             0 => crate::sys::prefetch(block.as_raw() as *const u8),
-            _ => nogvl::prefetch_proc_data(self.ruby, block),
+            _ => capi::prefetch_proc_data(self.ruby, block),
         }
     }
 
@@ -268,13 +268,6 @@ impl RubyDriver<'_> {
 /// A fiber's identity as a waiter: its address.
 pub fn owner_of(fiber: Fiber) -> u64 {
     fiber.as_raw()
-}
-
-/// Whether `error` is a FiberError (a switch Ruby refused).
-pub fn is_fiber_error(ruby: &Ruby, error: &Error) -> bool {
-    ruby.class_object()
-        .const_get::<_, magnus::RClass>("FiberError")
-        .is_ok_and(|class| error.is_kind_of(class))
 }
 
 /// Switches to a parked fiber with `value`; returns when control comes back.
