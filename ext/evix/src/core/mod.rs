@@ -16,9 +16,10 @@ mod timers;
 mod waiters;
 
 pub use pulse::Pulse;
-pub use registry::Pin;
-pub use shared::{Closed, Shared, Wake};
-pub use slab::Key;
+pub use registry::{FdOwner, WatcherKey};
+pub use shared::{Closed, LoopWaker, Shared};
+pub use timers::TimerKey;
+pub use waiters::WaitKey;
 
 use crate::sys::{Backend, BackendKind, Event, Interest, WAKER_TOKEN};
 use registry::Registry;
@@ -28,7 +29,7 @@ use std::io;
 use std::os::unix::io::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use timers::{deadline_after, Due, Timers};
+use timers::{deadline_after, TimerPhase, Timers};
 use waiters::Waiters;
 
 /// Why a callback is called.
@@ -46,7 +47,7 @@ pub enum Fire {
 #[derive(Clone, Debug)]
 enum Slot<C> {
     Call(C),
-    Wake(Key),
+    Wake(WaitKey),
 }
 
 impl<C> Slot<C> {
@@ -71,7 +72,7 @@ pub struct WaitOf {
 #[derive(Debug)]
 pub enum Parked<C> {
     /// Parked under this key until a trigger, `wake` or a release ends it.
-    Waiting(Key),
+    Waiting(WaitKey),
     /// Not parked: an end of wait (a cancellation) was pending for the owner.
     Pending(C),
 }
@@ -120,15 +121,15 @@ pub trait Driver<C> {
         false
     }
 
-    /// Runs `wait`, which may block; `wake` interrupts it from another thread.
+    /// Runs `wait`, which may block; `waker` interrupts it from another thread.
     /// It must not run callbacks or anything else that may call into the
     /// loop: the backend is borrowed meanwhile. The default simply calls it.
     fn block(
         &mut self,
-        wake: &Wake,
+        waker: &LoopWaker,
         wait: &mut dyn FnMut() -> io::Result<()>,
     ) -> Result<io::Result<()>, Self::Error> {
-        let _ = wake;
+        let _ = waker;
         Ok(wait())
     }
 
@@ -157,8 +158,6 @@ struct State<C> {
     immediates: VecDeque<C>,
     deferred: VecDeque<C>,
     timers: Timers<Slot<C>>,
-    /// The timer phase's batch buffer, kept between phases.
-    due: Vec<Due>,
     registry: Registry<Slot<C>>,
     waiters: Waiters<C>,
     /// Waiters whose fd was released or closed: resumed with
@@ -171,7 +170,7 @@ struct State<C> {
 impl<C: Clone> State<C> {
     /// Ends the wait under `key` and cancels its other trigger; the waiter's
     /// resume callback, or `None` if the wait already ended.
-    fn unpark(&mut self, key: Key) -> Option<C> {
+    fn unpark(&mut self, key: WaitKey) -> Option<C> {
         let waiter = self.waiters.unpark(key)?;
         if let Some(watcher) = waiter.watcher {
             self.registry.remove(watcher);
@@ -251,14 +250,13 @@ impl<C: Clone> Loop<C> {
     pub fn new(kind: BackendKind) -> io::Result<Loop<C>> {
         let mut backend = Backend::new(kind)?;
         let shared = Arc::new(Shared::new()?);
-        let waker_fd = shared.wake.fd().expect("a new waker is open");
+        let waker_fd = shared.waker.fd().expect("a new waker is open");
         backend.register(waker_fd, WAKER_TOKEN, Interest::READ)?;
         Ok(Loop {
             state: RefCell::new(State {
                 immediates: VecDeque::new(),
                 deferred: VecDeque::new(),
                 timers: Timers::default(),
-                due: Vec::new(),
                 registry: Registry::default(),
                 waiters: Waiters::default(),
                 closed: VecDeque::new(),
@@ -308,7 +306,7 @@ impl<C: Clone> Loop<C> {
         self.state.borrow_mut().deferred.push_back(callback);
     }
 
-    pub fn add_timer(&self, delay: Duration, interval: Option<Duration>, callback: C) -> Key {
+    pub fn add_timer(&self, delay: Duration, interval: Option<Duration>, callback: C) -> TimerKey {
         let deadline = deadline_after(Instant::now(), delay);
         self.state
             .borrow_mut()
@@ -317,23 +315,23 @@ impl<C: Clone> Loop<C> {
     }
 
     /// Moves an active timer to now + `delay`; `false` if it is not active.
-    pub fn timer_again(&self, key: Key, delay: Duration) -> bool {
+    pub fn timer_again(&self, key: TimerKey, delay: Duration) -> bool {
         let deadline = deadline_after(Instant::now(), delay);
         self.state.borrow_mut().timers.again(key, deadline)
     }
 
     /// Cancels a timer; `false` if it was not active.
-    pub fn cancel_timer(&self, key: Key) -> bool {
+    pub fn cancel_timer(&self, key: TimerKey) -> bool {
         // Drop the callback only after the borrow ends (dropping may run code).
         let removed = self.state.borrow_mut().timers.cancel(key);
         removed.is_some()
     }
 
-    pub fn timer_active(&self, key: Key) -> bool {
+    pub fn timer_active(&self, key: TimerKey) -> bool {
         self.state.borrow().timers.is_active(key)
     }
 
-    pub fn timer_set_ref(&self, key: Key, referenced: bool) {
+    pub fn timer_set_ref(&self, key: TimerKey, referenced: bool) {
         self.state.borrow_mut().timers.set_ref(key, referenced);
     }
 
@@ -343,9 +341,9 @@ impl<C: Clone> Loop<C> {
         interest: Interest,
         oneshot: bool,
         callback: C,
-        pin: Option<Pin<C>>,
-    ) -> io::Result<Key> {
-        self.watch(fd, interest, oneshot, Slot::Call(callback), pin)
+        owner: Option<FdOwner<C>>,
+    ) -> io::Result<WatcherKey> {
+        self.watch(fd, interest, oneshot, Slot::Call(callback), owner)
     }
 
     fn watch(
@@ -354,19 +352,19 @@ impl<C: Clone> Loop<C> {
         interest: Interest,
         oneshot: bool,
         slot: Slot<C>,
-        pin: Option<Pin<C>>,
-    ) -> io::Result<Key> {
+        owner: Option<FdOwner<C>>,
+    ) -> io::Result<WatcherKey> {
         let mut poller = self.poller.borrow_mut();
         let backend = poller.backend.as_mut().ok_or_else(closed_error)?;
         let mut state = self.state.borrow_mut();
         let before = state.registry.generation(fd);
-        let pin = pin.map(|pin| Pin {
-            owner: pin.owner,
-            keep: Slot::Call(pin.keep),
+        let owner = owner.map(|owner| FdOwner {
+            id: owner.id,
+            keep: Slot::Call(owner.keep),
         });
         let added = state
             .registry
-            .add(backend, fd, interest, oneshot, slot, pin);
+            .add(backend, fd, interest, oneshot, slot, owner);
         state.take_orphans();
         let after = state.registry.generation(fd);
         drop(state);
@@ -386,7 +384,7 @@ impl<C: Clone> Loop<C> {
         &self,
         owner: u64,
         resume: C,
-        io: Option<(RawFd, Interest, Option<Pin<C>>)>,
+        io: Option<(RawFd, Interest, Option<FdOwner<C>>)>,
         timeout: Option<Duration>,
     ) -> io::Result<Parked<C>> {
         let key = {
@@ -398,14 +396,15 @@ impl<C: Clone> Loop<C> {
         };
         let watcher = match io {
             None => None,
-            Some((fd, interest, pin)) => match self.watch(fd, interest, true, Slot::Wake(key), pin)
-            {
-                Ok(watcher) => Some(watcher),
-                Err(e) => {
-                    self.state.borrow_mut().waiters.unpark(key);
-                    return Err(e);
+            Some((fd, interest, fd_owner)) => {
+                match self.watch(fd, interest, true, Slot::Wake(key), fd_owner) {
+                    Ok(watcher) => Some(watcher),
+                    Err(e) => {
+                        self.state.borrow_mut().waiters.unpark(key);
+                        return Err(e);
+                    }
                 }
-            },
+            }
         };
         let mut state = self.state.borrow_mut();
         let deadline = timeout.map(|delay| deadline_after(Instant::now(), delay));
@@ -416,12 +415,12 @@ impl<C: Clone> Loop<C> {
 
     /// Ends the wait under `key` (its watcher and timer are cancelled): its
     /// resume callback, for the caller to call; `None` if it already ended.
-    pub fn unpark(&self, key: Key) -> Option<C> {
+    pub fn unpark(&self, key: WaitKey) -> Option<C> {
         self.state.borrow_mut().unpark(key)
     }
 
     /// The wait `owner` is parked in, if any.
-    pub fn parked(&self, owner: u64) -> Option<Key> {
+    pub fn parked(&self, owner: u64) -> Option<WaitKey> {
         self.state.borrow_mut().waiters.parked(owner)
     }
 
@@ -474,16 +473,16 @@ impl<C: Clone> Loop<C> {
 
     /// Removes a watcher; `false` if it was not active. Never an error, even
     /// when the fd was closed already.
-    pub fn cancel_watcher(&self, key: Key) -> bool {
+    pub fn cancel_watcher(&self, key: WatcherKey) -> bool {
         let removed = self.state.borrow_mut().registry.remove(key);
         removed.is_some()
     }
 
-    pub fn watcher_active(&self, key: Key) -> bool {
+    pub fn watcher_active(&self, key: WatcherKey) -> bool {
         self.state.borrow().registry.is_active(key)
     }
 
-    pub fn watcher_set_ref(&self, key: Key, referenced: bool) {
+    pub fn watcher_set_ref(&self, key: WatcherKey, referenced: bool) {
         self.state.borrow_mut().registry.set_ref(key, referenced);
     }
 
@@ -739,7 +738,7 @@ impl<C: Clone> Loop<C> {
                 .map_err(RunError::Io)?;
             return Ok(false);
         }
-        let outcome = driver.block(&self.shared.wake, &mut || backend.wait(events, timeout));
+        let outcome = driver.block(&self.shared.waker, &mut || backend.wait(events, timeout));
         self.shared.after_block();
         let result = outcome.map_err(|e| {
             events.clear();
@@ -762,7 +761,7 @@ impl<C: Clone> Loop<C> {
                 ingested
             };
             if ingested.woken {
-                self.shared.wake.drain();
+                self.shared.waker.drain();
             }
             if ingested.stale {
                 self.rebuild_backend(backend).map_err(RunError::Io)?;
@@ -792,7 +791,7 @@ impl<C: Clone> Loop<C> {
     /// the one way to drop a stale kernel registration (see `Ingested::stale`).
     fn rebuild_backend(&self, backend: &mut Backend) -> io::Result<()> {
         let mut fresh = Backend::new(backend.kind())?;
-        let waker_fd = self.shared.wake.fd().expect("an open loop has a waker");
+        let waker_fd = self.shared.waker.fd().expect("an open loop has a waker");
         fresh.register(waker_fd, WAKER_TOKEN, Interest::READ)?;
         self.state.borrow_mut().registry.register_all(&mut fresh);
         *backend = fresh;
@@ -800,112 +799,30 @@ impl<C: Clone> Loop<C> {
         Ok(())
     }
 
-    /// Phase 5: due timers. They are taken out of the heap in batches, each
-    /// against one clock read; the clock is read again after each batch, so
-    /// this fires what re-reading it after every callback would, in the same
-    /// order (see `Timers::take_due`). A timer cancelled or re-armed by an
-    /// earlier callback of its batch does not fire; one armed during the
-    /// phase waits for the next iteration.
+    /// Phase 5: due timers, fired in batches (see [`TimerPhase`]).
     fn run_timers<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
-        let (mark, mut now) = {
-            let mut state = self.state.borrow_mut();
-            // No clock read at all when no timer is armed.
-            let Some(earliest) = state.timers.earliest() else {
-                return Ok(());
-            };
-            let now = Instant::now();
-            if earliest > now {
-                return Ok(());
-            }
-            (state.timers.sequence_mark(), now)
+        let Some(mut phase) = TimerPhase::begin(&self.state, |state| &mut state.timers) else {
+            return Ok(());
         };
-        let mut batch = Batch {
-            state: &self.state,
-            due: std::mem::take(&mut self.state.borrow_mut().due),
-            next: 0,
-        };
-        loop {
-            batch.due.clear();
-            batch.next = 0;
-            self.state
-                .borrow_mut()
-                .timers
-                .take_due(now, mark, &mut batch.due, BATCH);
-            if batch.due.is_empty() {
-                return Ok(());
-            }
-            while let Some(&due) = batch.due.get(batch.next) {
-                let fired = {
-                    let mut state = self.state.borrow_mut();
-                    prefetch_ahead(&state.timers, driver, &batch.due[batch.next..]);
-                    let slot = state.timers.fire(due, Instant::now);
-                    slot.and_then(|slot| state.fired(slot))
-                };
-                batch.next += 1;
-                if let Some(callback) = fired {
-                    driver
-                        .invoke(callback, Fire::Timer)
-                        .map_err(RunError::Callback)?;
+        while let Some(callback) = phase.next(
+            |slot, level| {
+                if let Some(callback) = slot.call() {
+                    driver.prefetch(callback, level);
                 }
-            }
-            now = Instant::now();
+            },
+            |state, slot| state.fired(slot),
+        ) {
+            driver
+                .invoke(callback, Fire::Timer)
+                .map_err(RunError::Callback)?;
         }
+        Ok(())
     }
 
     /// Phase 6: deferred callbacks queued before the phase began.
     fn run_deferred<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
         let count = self.state.borrow().deferred.len();
         self.drain(driver, count, |state| &mut state.deferred, Fire::Deferred)
-    }
-}
-
-/// Due timers taken per clock read.
-const BATCH: usize = 256;
-
-/// How many timers ahead of the one firing the timer phase prefetches.
-const PREFETCH: usize = 4;
-
-/// Due timers sit in random places in memory, and so do the objects their
-/// callbacks touch: while `due[0]` fires, start loading what firing the next
-/// ones reads, as a pipeline in which each step finds the memory of the
-/// previous one arrived: the slot `3 * PREFETCH` timers ahead, the
-/// callback's object `2 * PREFETCH` ahead, what that points to `PREFETCH`
-/// ahead.
-fn prefetch_ahead<C: Clone, D: Driver<C>>(timers: &Timers<Slot<C>>, driver: &D, due: &[Due]) {
-    if let Some(&ahead) = due.get(3 * PREFETCH) {
-        timers.prefetch(ahead);
-    }
-    for (level, distance) in [(0, 2 * PREFETCH), (1, PREFETCH)] {
-        if let Some(callback) = due
-            .get(distance)
-            .and_then(|&ahead| timers.peek(ahead))
-            .and_then(Slot::call)
-        {
-            driver.prefetch(callback, level);
-        }
-    }
-}
-
-/// A batch of due timers being fired. However the phase ends (a callback's
-/// error or a panic), what was taken but not fired goes back into the heap,
-/// and the buffer back into the state for the next phase.
-struct Batch<'a, C: Clone> {
-    state: &'a RefCell<State<C>>,
-    due: Vec<Due>,
-    next: usize,
-}
-
-impl<C: Clone> Drop for Batch<'_, C> {
-    fn drop(&mut self) {
-        let Ok(mut state) = self.state.try_borrow_mut() else {
-            return;
-        };
-        for &due in &self.due[self.next..] {
-            state.timers.untake(due);
-        }
-        state.timers.end_phase();
-        self.due.clear();
-        state.due = std::mem::take(&mut self.due);
     }
 }
 

@@ -8,15 +8,21 @@
 //! was replaced (fd closed and its number reused) is dropped.
 //!
 //! An fd whose last watcher left may have been closed and its number reused,
-//! so watching it again re-syncs the kernel (one `MOD`). A watcher may *pin*
-//! its fd to an owner identity (the Ruby IO object): while the next watcher
-//! comes with the same owner, the fd cannot have been reused (a new fd comes
-//! with a new owner) and the registration is trusted without a syscall.
+//! so watching it again re-syncs the kernel (one `MOD`). A watcher may pin
+//! its fd's registration to an owner identity ([`FdOwner`]: the Ruby IO
+//! object): while the next watcher comes with the same owner, the fd cannot
+//! have been reused (a new fd comes with a new owner) and the registration is
+//! trusted without a syscall.
 
 use super::slab::{Key, Slab};
 use crate::sys::{Backend, Event, Interest, WAKER_TOKEN};
 use std::io;
 use std::os::unix::io::RawFd;
+
+/// Names a watcher. A distinct type from a timer's key, so one cannot be
+/// passed as the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WatcherKey(Key);
 
 #[derive(Debug)]
 struct Watcher<C> {
@@ -34,10 +40,10 @@ struct FdEntry<C> {
     generation: u32,
     /// What the kernel was last told (a superset of what watchers want).
     kernel: Interest,
-    watchers: Vec<Key>,
+    watchers: Vec<WatcherKey>,
     /// The owner identity that vouches for this registration, and what to
     /// keep alive with it.
-    pin: Option<Pin<C>>,
+    owner: Option<FdOwner<C>>,
 }
 
 /// An owner identity for an fd registration (see the module docs). The
@@ -45,8 +51,8 @@ struct FdEntry<C> {
 /// count of `IO#reopen` calls so far, since a reopen puts a new file under the
 /// same object and fd number.
 #[derive(Debug)]
-pub struct Pin<C> {
-    pub owner: (u64, u64),
+pub struct FdOwner<C> {
+    pub id: (u64, u64),
     pub keep: C,
 }
 
@@ -73,7 +79,7 @@ pub struct Registry<C> {
     fds: Vec<Option<FdEntry<C>>>,
     next_generation: u32,
     referenced: usize,
-    ready: Vec<(Key, Interest)>,
+    ready: Vec<(WatcherKey, Interest)>,
     cursor: usize,
     orphans: Vec<C>,
 }
@@ -100,8 +106,8 @@ impl<C: Clone> Registry<C> {
         interest: Interest,
         oneshot: bool,
         callback: C,
-        pin: Option<Pin<C>>,
-    ) -> io::Result<Key> {
+        owner: Option<FdOwner<C>>,
+    ) -> io::Result<WatcherKey> {
         if fd < 0 {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
@@ -118,13 +124,13 @@ impl<C: Clone> Registry<C> {
                     generation,
                     kernel: interest,
                     watchers: Vec::new(),
-                    pin,
+                    owner,
                 };
                 backend.register(fd, entry.token(fd), interest)?;
                 self.next_generation = generation.wrapping_add(1);
                 self.fds[slot] = Some(entry);
             }
-            Some(entry) if same_owner(&entry.pin, &pin) => {
+            Some(entry) if same_owner(&entry.owner, &owner) => {
                 let wanted = entry.kernel | interest;
                 if wanted != entry.kernel {
                     if let Err(e) = backend.reregister(fd, entry.token(fd), wanted) {
@@ -145,7 +151,7 @@ impl<C: Clone> Registry<C> {
                 }
                 self.next_generation = generation.wrapping_add(1);
                 entry.kernel = interest;
-                entry.pin = pin;
+                entry.owner = owner;
             }
             Some(entry) => {
                 // Another owner while watchers wait: the same open file under a
@@ -164,23 +170,23 @@ impl<C: Clone> Registry<C> {
                     if e.raw_os_error() != Some(libc::ENOENT) {
                         return Err(e);
                     }
-                    return self.add(backend, fd, interest, oneshot, callback, pin);
+                    return self.add(backend, fd, interest, oneshot, callback, owner);
                 }
                 self.next_generation = generation.wrapping_add(1);
                 let entry = self.entry_mut(fd);
                 entry.kernel = wanted;
-                entry.pin = pin;
+                entry.owner = owner;
             }
         }
         let generation = self.entry_mut(fd).generation;
-        let key = self.watchers.insert(Watcher {
+        let key = WatcherKey(self.watchers.insert(Watcher {
             fd,
             generation,
             interest,
             oneshot,
             referenced: true,
             callback,
-        });
+        }));
         self.referenced += 1;
         self.entry_mut(fd).watchers.push(key);
         Ok(key)
@@ -219,8 +225,8 @@ impl<C: Clone> Registry<C> {
     }
 
     /// Removes a watcher; `None` if it was already gone. Costs no syscall.
-    pub fn remove(&mut self, key: Key) -> Option<C> {
-        let watcher = self.watchers.remove(key)?;
+    pub fn remove(&mut self, key: WatcherKey) -> Option<C> {
+        let watcher = self.watchers.remove(key.0)?;
         if watcher.referenced {
             self.referenced -= 1;
         }
@@ -263,13 +269,13 @@ impl<C: Clone> Registry<C> {
             return self.release(backend, fd);
         }
         let current = entry.generation;
-        let older: Vec<Key> = entry
+        let older: Vec<WatcherKey> = entry
             .watchers
             .iter()
             .copied()
             .filter(|&key| {
                 self.watchers
-                    .get(key)
+                    .get(key.0)
                     .is_some_and(|w| w.generation != current)
             })
             .collect();
@@ -279,17 +285,17 @@ impl<C: Clone> Registry<C> {
             .collect()
     }
 
-    pub fn is_active(&self, key: Key) -> bool {
-        self.watchers.get(key).is_some()
+    pub fn is_active(&self, key: WatcherKey) -> bool {
+        self.watchers.get(key.0).is_some()
     }
 
     /// The fd and interest a watcher watches.
-    pub fn watched(&self, key: Key) -> Option<(RawFd, Interest)> {
-        self.watchers.get(key).map(|w| (w.fd, w.interest))
+    pub fn watched(&self, key: WatcherKey) -> Option<(RawFd, Interest)> {
+        self.watchers.get(key.0).map(|w| (w.fd, w.interest))
     }
 
-    pub fn set_ref(&mut self, key: Key, referenced: bool) {
-        if let Some(w) = self.watchers.get_mut(key) {
+    pub fn set_ref(&mut self, key: WatcherKey, referenced: bool) {
+        if let Some(w) = self.watchers.get_mut(key.0) {
             if w.referenced != referenced {
                 w.referenced = referenced;
                 if referenced {
@@ -310,14 +316,14 @@ impl<C: Clone> Registry<C> {
     }
 
     pub fn callbacks(&self) -> impl Iterator<Item = &C> {
-        let pins = self
+        let owners = self
             .fds
             .iter()
-            .filter_map(|e| e.as_ref()?.pin.as_ref().map(|p| &p.keep));
+            .filter_map(|e| e.as_ref()?.owner.as_ref().map(|o| &o.keep));
         self.watchers
             .values()
             .map(|w| &w.callback)
-            .chain(pins)
+            .chain(owners)
             .chain(&self.orphans)
     }
 
@@ -349,7 +355,7 @@ impl<C: Clone> Registry<C> {
             for &key in &entry.watchers {
                 let watcher = self
                     .watchers
-                    .get(key)
+                    .get(key.0)
                     .expect("fd entry lists live watchers");
                 wanted = wanted | watcher.interest;
                 let hit = if event.failed {
@@ -381,7 +387,7 @@ impl<C: Clone> Registry<C> {
     pub fn next_ready(&mut self) -> Option<(C, Interest)> {
         while let Some(&(key, hit)) = self.ready.get(self.cursor) {
             self.cursor += 1;
-            let Some(watcher) = self.watchers.get(key) else {
+            let Some(watcher) = self.watchers.get(key.0) else {
                 continue;
             };
             let hit = hit & watcher.interest;
@@ -439,6 +445,6 @@ impl<C: Clone> Registry<C> {
     }
 }
 
-fn same_owner<C>(a: &Option<Pin<C>>, b: &Option<Pin<C>>) -> bool {
-    matches!((a, b), (Some(a), Some(b)) if a.owner == b.owner)
+fn same_owner<C>(a: &Option<FdOwner<C>>, b: &Option<FdOwner<C>>) -> bool {
+    matches!((a, b), (Some(a), Some(b)) if a.id == b.id)
 }

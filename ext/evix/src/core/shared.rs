@@ -1,31 +1,33 @@
 //! The part of a loop other threads may touch: the `post` queue and the
-//! waker. Wake-ups coalesce: the waker is written only while the loop is
-//! blocked (or about to block) and no wake is already pending.
+//! [`LoopWaker`]. Wake-ups coalesce: the wake fd is written only while the
+//! loop is blocked (or about to block) and no wake is already pending.
 
 use super::closing::ReleaseSink;
-use crate::sys::{wake_fd, Waker};
+use crate::sys::WakeFd;
 use std::io;
 use std::os::unix::io::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
+/// Wakes the loop out of its backend wait, from any thread: whether the
+/// loop sleeps, whether a wake is pending, and the [`WakeFd`] to write.
 #[derive(Debug)]
-pub struct Wake {
+pub struct LoopWaker {
     sleeping: AtomicBool,
     woken: AtomicBool,
-    waker: Mutex<Option<Waker>>,
-    /// The waker's write end, -1 once closed, for `force_from_signal`.
+    wake_fd: Mutex<Option<WakeFd>>,
+    /// The wake fd's write end, -1 once closed, for `force_from_signal`.
     write_fd: AtomicI32,
 }
 
-impl Wake {
-    fn new() -> io::Result<Wake> {
-        let waker = Waker::new()?;
-        Ok(Wake {
+impl LoopWaker {
+    fn new() -> io::Result<LoopWaker> {
+        let wake_fd = WakeFd::new()?;
+        Ok(LoopWaker {
             sleeping: AtomicBool::new(false),
             woken: AtomicBool::new(false),
-            write_fd: AtomicI32::new(waker.write_fd()),
-            waker: Mutex::new(Some(waker)),
+            write_fd: AtomicI32::new(wake_fd.write_fd()),
+            wake_fd: Mutex::new(Some(wake_fd)),
         })
     }
 
@@ -36,11 +38,11 @@ impl Wake {
         }
     }
 
-    /// Writes the waker unconditionally (the GVL unblock function uses this).
+    /// Writes the wake fd unconditionally (the GVL unblock function uses this).
     pub fn force(&self) {
         self.woken.store(true, SeqCst);
-        if let Some(waker) = lock(&self.waker).as_ref() {
-            waker.wake();
+        if let Some(wake_fd) = lock(&self.wake_fd).as_ref() {
+            wake_fd.wake();
         }
     }
 
@@ -51,27 +53,27 @@ impl Wake {
         self.woken.store(true, SeqCst);
         let fd = self.write_fd.load(SeqCst);
         if fd >= 0 {
-            wake_fd(fd);
+            WakeFd::wake_raw(fd);
         }
     }
 
-    pub(crate) fn fd(&self) -> Option<std::os::unix::io::RawFd> {
-        lock(&self.waker).as_ref().map(Waker::fd)
+    pub(crate) fn fd(&self) -> Option<RawFd> {
+        lock(&self.wake_fd).as_ref().map(WakeFd::fd)
     }
 
-    /// Consumes a pending wake (the waker's fd reported readable, or the
-    /// loop was woken while it blocked).
+    /// Consumes a pending wake (the wake fd reported readable, or the loop
+    /// was woken while it blocked).
     pub(crate) fn drain(&self) {
         self.woken.store(false, SeqCst);
-        if let Some(waker) = lock(&self.waker).as_ref() {
-            waker.drain();
+        if let Some(wake_fd) = lock(&self.wake_fd).as_ref() {
+            wake_fd.drain();
         }
     }
 
     fn close(&self) {
         self.sleeping.store(false, SeqCst);
         self.write_fd.store(-1, SeqCst);
-        lock(&self.waker).take();
+        lock(&self.wake_fd).take();
     }
 }
 
@@ -87,20 +89,20 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct Releases {
     requests: Mutex<Vec<(RawFd, u32)>>,
     pending: AtomicBool,
-    wake: Arc<Wake>,
+    waker: Arc<LoopWaker>,
 }
 
 impl ReleaseSink for Releases {
     fn request_release(&self, fd: RawFd, generation: u32) {
         lock(&self.requests).push((fd, generation));
         self.pending.store(true, SeqCst);
-        self.wake.wake();
+        self.waker.wake();
     }
 }
 
 #[derive(Debug)]
 pub struct Shared<C> {
-    pub wake: Arc<Wake>,
+    pub waker: Arc<LoopWaker>,
     releases: Arc<Releases>,
     posts: Mutex<Vec<C>>,
     has_posts: AtomicBool,
@@ -113,14 +115,14 @@ pub struct Closed<C>(pub C);
 
 impl<C> Shared<C> {
     pub fn new() -> io::Result<Shared<C>> {
-        let wake = Arc::new(Wake::new()?);
+        let waker = Arc::new(LoopWaker::new()?);
         Ok(Shared {
             releases: Arc::new(Releases {
                 requests: Mutex::new(Vec::new()),
                 pending: AtomicBool::new(false),
-                wake: Arc::clone(&wake),
+                waker: Arc::clone(&waker),
             }),
-            wake,
+            waker,
             posts: Mutex::new(Vec::new()),
             has_posts: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -136,7 +138,7 @@ impl<C> Shared<C> {
             posts.push(callback);
             self.has_posts.store(true, SeqCst);
         }
-        self.wake.wake();
+        self.waker.wake();
         Ok(())
     }
 
@@ -176,18 +178,18 @@ impl<C> Shared<C> {
     /// Marks the loop as about to block; `false` if work was posted meanwhile
     /// (the caller must not block then).
     pub fn prepare_block(&self) -> bool {
-        self.wake.sleeping.store(true, SeqCst);
+        self.waker.sleeping.store(true, SeqCst);
         if self.has_work() {
-            self.wake.sleeping.store(false, SeqCst);
+            self.waker.sleeping.store(false, SeqCst);
             return false;
         }
         true
     }
 
     pub fn after_block(&self) {
-        self.wake.sleeping.store(false, SeqCst);
-        if self.wake.woken.load(SeqCst) {
-            self.wake.drain();
+        self.waker.sleeping.store(false, SeqCst);
+        if self.waker.woken.load(SeqCst) {
+            self.waker.drain();
         }
     }
 
@@ -210,6 +212,6 @@ impl<C> Shared<C> {
             posts.clear();
             self.has_posts.store(false, SeqCst);
         }
-        self.wake.close();
+        self.waker.close();
     }
 }

@@ -15,7 +15,13 @@
 //! earlier in the batch cancelled or re-armed it.
 
 use super::slab::{Key, Slab};
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
+
+/// Names a timer. A distinct type from a watcher's key, so one cannot be
+/// passed as the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TimerKey(Key);
 
 /// Children per heap node: half the depth of a binary heap, and a node's
 /// children are contiguous.
@@ -72,6 +78,8 @@ pub struct Timers<C> {
     heap: Vec<Node>,
     /// Due nodes armed during the current phase, set aside by `take_due`.
     skipped: Vec<Node>,
+    /// The timer phase's batch buffer, kept between phases.
+    batch: Vec<Due>,
     next_seq: u64,
     referenced: usize,
 }
@@ -83,6 +91,7 @@ impl<C> Default for Timers<C> {
             slab: Slab::default(),
             heap: Vec::new(),
             skipped: Vec::new(),
+            batch: Vec::new(),
             next_seq: 0,
             referenced: 0,
         }
@@ -96,7 +105,7 @@ pub fn deadline_after(now: Instant, delay: Duration) -> Instant {
 }
 
 impl<C: Clone> Timers<C> {
-    pub fn add(&mut self, deadline: Instant, interval: Option<Duration>, callback: C) -> Key {
+    pub fn add(&mut self, deadline: Instant, interval: Option<Duration>, callback: C) -> TimerKey {
         let seq = self.bump_seq();
         let key = self.slab.insert(Entry {
             callback,
@@ -106,11 +115,11 @@ impl<C: Clone> Timers<C> {
         });
         self.referenced += 1;
         self.arm(key.index, seq, deadline);
-        key
+        TimerKey(key)
     }
 
     /// Moves an active timer's deadline; `false` if the key is stale.
-    pub fn again(&mut self, key: Key, deadline: Instant) -> bool {
+    pub fn again(&mut self, TimerKey(key): TimerKey, deadline: Instant) -> bool {
         let seq = self.next_seq;
         let Some(entry) = self.slab.get_mut(key) else {
             return false;
@@ -121,7 +130,7 @@ impl<C: Clone> Timers<C> {
         true
     }
 
-    pub fn cancel(&mut self, key: Key) -> Option<C> {
+    pub fn cancel(&mut self, TimerKey(key): TimerKey) -> Option<C> {
         let entry = self.slab.remove(key)?;
         if entry.referenced {
             self.referenced -= 1;
@@ -130,11 +139,11 @@ impl<C: Clone> Timers<C> {
         Some(entry.callback)
     }
 
-    pub fn is_active(&self, key: Key) -> bool {
+    pub fn is_active(&self, TimerKey(key): TimerKey) -> bool {
         self.slab.get(key).is_some()
     }
 
-    pub fn set_ref(&mut self, key: Key, referenced: bool) {
+    pub fn set_ref(&mut self, TimerKey(key): TimerKey, referenced: bool) {
         if let Some(entry) = self.slab.get_mut(key) {
             if entry.referenced != referenced {
                 entry.referenced = referenced;
@@ -220,7 +229,7 @@ impl<C: Clone> Timers<C> {
         if !self.is_live(&node) {
             return None;
         }
-        let key = self.slab.key_of(node.index);
+        let key = TimerKey(self.slab.key_of(node.index));
         let entry = self.slab.at_mut(node.index);
         match entry.interval {
             Some(interval) => {
@@ -418,6 +427,123 @@ impl<C: Clone> Timers<C> {
     }
 }
 
+/// Due timers taken out of the heap per clock read.
+const BATCH: usize = 256;
+
+/// How many timers ahead of the one firing the timer phase prefetches.
+const PREFETCH: usize = 4;
+
+/// The timer phase of a loop whose state `S` holds its timers (`timers`
+/// picks them out of it). Due timers are taken out of the heap in batches,
+/// each against one clock read; the clock is read again after each batch,
+/// so this fires what re-reading it after every callback would, in the same
+/// order (see [`Timers::take_due`]). A timer cancelled or re-armed by an
+/// earlier callback of its batch does not fire; one armed during the phase
+/// waits for the next iteration. The state is borrowed only inside
+/// [`next`](Self::next), never while a callback runs. However the phase
+/// ends (a callback's error or a panic), what was taken but not fired goes
+/// back into the heap, and the buffer back to the timers for the next phase.
+pub struct TimerPhase<'a, S, T: Clone, F: Fn(&mut S) -> &mut Timers<T>> {
+    state: &'a RefCell<S>,
+    timers: F,
+    /// Timers armed from here on wait for the next phase.
+    mark: u64,
+    due: Vec<Due>,
+    /// The position in `due` of the next timer to fire.
+    next: usize,
+}
+
+impl<'a, S, T: Clone, F: Fn(&mut S) -> &mut Timers<T>> TimerPhase<'a, S, T, F> {
+    /// The phase, with its first batch taken; `None` if no timer is due (no
+    /// clock read at all when no timer is armed).
+    pub fn begin(state: &'a RefCell<S>, timers: F) -> Option<Self> {
+        let mut borrowed = state.borrow_mut();
+        let heap = timers(&mut borrowed);
+        let earliest = heap.earliest()?;
+        let now = Instant::now();
+        if earliest > now {
+            return None;
+        }
+        let mark = heap.sequence_mark();
+        let mut due = std::mem::take(&mut heap.batch);
+        due.clear();
+        heap.take_due(now, mark, &mut due, BATCH);
+        drop(borrowed);
+        Some(TimerPhase {
+            state,
+            timers,
+            mark,
+            due,
+            next: 0,
+        })
+    }
+
+    /// Fires the next due timer that is still live, with the state borrowed:
+    /// what `fired` makes of its slot (`None`: fire the next one). Before
+    /// that it starts loading what firing the timers ahead will read
+    /// (`prefetch` gets their slots, with a level as `Driver::prefetch`
+    /// does). `None` once no due timer is left.
+    pub fn next<R>(
+        &mut self,
+        prefetch: impl Fn(&T, usize),
+        mut fired: impl FnMut(&mut S, T) -> Option<R>,
+    ) -> Option<R> {
+        loop {
+            if self.next == self.due.len() {
+                self.due.clear();
+                self.next = 0;
+                let now = Instant::now();
+                let mut state = self.state.borrow_mut();
+                (self.timers)(&mut state).take_due(now, self.mark, &mut self.due, BATCH);
+            }
+            let &due = self.due.get(self.next)?;
+            let result = {
+                let mut state = self.state.borrow_mut();
+                let timers = (self.timers)(&mut state);
+                prefetch_ahead(timers, &prefetch, &self.due[self.next..]);
+                let slot = timers.fire(due, Instant::now);
+                slot.and_then(|slot| fired(&mut state, slot))
+            };
+            self.next += 1;
+            if result.is_some() {
+                return result;
+            }
+        }
+    }
+}
+
+impl<S, T: Clone, F: Fn(&mut S) -> &mut Timers<T>> Drop for TimerPhase<'_, S, T, F> {
+    fn drop(&mut self) {
+        let Ok(mut state) = self.state.try_borrow_mut() else {
+            return;
+        };
+        let timers = (self.timers)(&mut state);
+        for &due in &self.due[self.next..] {
+            timers.untake(due);
+        }
+        timers.end_phase();
+        self.due.clear();
+        timers.batch = std::mem::take(&mut self.due);
+    }
+}
+
+/// Due timers sit in random places in memory, and so do the objects their
+/// callbacks touch: while `due[0]` fires, start loading what firing the next
+/// ones reads, as a pipeline in which each step finds the memory of the
+/// previous one arrived: the slot `3 * PREFETCH` timers ahead, the
+/// callback's object `2 * PREFETCH` ahead, what that points to `PREFETCH`
+/// ahead.
+fn prefetch_ahead<T: Clone>(timers: &Timers<T>, prefetch: &impl Fn(&T, usize), due: &[Due]) {
+    if let Some(&ahead) = due.get(3 * PREFETCH) {
+        timers.prefetch(ahead);
+    }
+    for (level, distance) in [(0, 2 * PREFETCH), (1, PREFETCH)] {
+        if let Some(slot) = due.get(distance).and_then(|&ahead| timers.peek(ahead)) {
+            prefetch(slot, level);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -488,7 +614,7 @@ mod tests {
     fn taken_timers_can_be_cancelled_re_armed_or_put_back() {
         let mut timers = Timers::default();
         let base = Instant::now();
-        let keys: Vec<Key> = (0..4).map(|i| timers.add(at(base, i), None, i)).collect();
+        let keys: Vec<TimerKey> = (0..4).map(|i| timers.add(at(base, i), None, i)).collect();
         let mut due = Vec::new();
         timers.take_due(at(base, 10), timers.sequence_mark(), &mut due, 10);
         assert_eq!(due.len(), 4);
@@ -520,7 +646,7 @@ mod tests {
         let base = Instant::now();
         // Reference: id -> (deadline ms, seq); fire order = sort by (deadline, seq).
         let mut model: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        let mut keys: BTreeMap<u32, Key> = BTreeMap::new();
+        let mut keys: BTreeMap<u32, TimerKey> = BTreeMap::new();
         let mut seq = 0u64;
         let mut now = 0u64;
         for id in 0..20_000u32 {

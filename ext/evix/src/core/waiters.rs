@@ -6,10 +6,32 @@
 //! first takes the entry out ([`Waiters::unpark`]) and cancels the others, so
 //! a wait ends exactly once and a late trigger finds nothing to resume.
 
+use super::registry::WatcherKey;
 use super::slab::{Key, Slab};
+use super::timers::TimerKey;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
+
+/// Names a wait. A distinct type from timer and watcher keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WaitKey(Key);
+
+impl WaitKey {
+    /// The key as one number (the Integer token Ruby code holds).
+    pub fn to_bits(self) -> u64 {
+        (u64::from(self.0.generation) << 32) | u64::from(self.0.index)
+    }
+
+    /// The key [`to_bits`](Self::to_bits) made `bits` of. Any number is a
+    /// key: one that names no wait is simply not found.
+    pub fn from_bits(bits: u64) -> WaitKey {
+        WaitKey(Key {
+            index: bits as u32,
+            generation: (bits >> 32) as u32,
+        })
+    }
+}
 
 #[derive(Debug)]
 pub struct Waiter<C> {
@@ -17,8 +39,8 @@ pub struct Waiter<C> {
     pub owner: u64,
     /// What resumes the owner.
     pub resume: C,
-    pub watcher: Option<Key>,
-    pub timer: Option<Key>,
+    pub watcher: Option<WatcherKey>,
+    pub timer: Option<TimerKey>,
     /// When `timer` ends the wait (for `Loop#tasks`).
     pub deadline: Option<Instant>,
 }
@@ -51,7 +73,7 @@ pub struct Waiters<C> {
     /// Owner => its wait, built only when asked for (`parked`: a
     /// cancellation) and dropped at the next park: a wait costs no hash
     /// update on the hot path, and a burst of cancellations one scan.
-    by_owner: Option<ByOwner<Key>>,
+    by_owner: Option<ByOwner<WaitKey>>,
     /// The owner that parked last: whether a fiber that just switched away
     /// parked is answered without the index.
     last: u64,
@@ -73,23 +95,23 @@ impl<C> Default for Waiters<C> {
 
 impl<C> Waiters<C> {
     /// Parks `owner`; its triggers are attached with [`Waiters::attach`].
-    pub fn park(&mut self, owner: u64, resume: C) -> Key {
+    pub fn park(&mut self, owner: u64, resume: C) -> WaitKey {
         self.by_owner = None;
         self.last = owner;
-        self.slab.insert(Waiter {
+        WaitKey(self.slab.insert(Waiter {
             owner,
             resume,
             watcher: None,
             timer: None,
             deadline: None,
-        })
+        }))
     }
 
     pub fn attach(
         &mut self,
-        key: Key,
-        watcher: Option<Key>,
-        timer: Option<Key>,
+        WaitKey(key): WaitKey,
+        watcher: Option<WatcherKey>,
+        timer: Option<TimerKey>,
         deadline: Option<Instant>,
     ) {
         if let Some(waiter) = self.slab.get_mut(key) {
@@ -99,13 +121,13 @@ impl<C> Waiters<C> {
         }
     }
 
-    pub fn get(&self, key: Key) -> Option<&Waiter<C>> {
+    pub fn get(&self, WaitKey(key): WaitKey) -> Option<&Waiter<C>> {
         self.slab.get(key)
     }
 
     /// Ends the wait under `key`: the waiter, whose triggers the caller
     /// cancels; `None` if it already ended.
-    pub fn unpark(&mut self, key: Key) -> Option<Waiter<C>> {
+    pub fn unpark(&mut self, WaitKey(key): WaitKey) -> Option<Waiter<C>> {
         let waiter = self.slab.remove(key)?;
         if let Some(index) = self.by_owner.as_mut() {
             index.remove(&waiter.owner);
@@ -117,11 +139,11 @@ impl<C> Waiters<C> {
     }
 
     /// The wait `owner` is parked in, if any.
-    pub fn parked(&mut self, owner: u64) -> Option<Key> {
+    pub fn parked(&mut self, owner: u64) -> Option<WaitKey> {
         let slab = &self.slab;
         let index = self.by_owner.get_or_insert_with(|| {
             (0..slab.capacity())
-                .filter_map(|i| slab.occupant(i).map(|w| (w.owner, slab.key_of(i))))
+                .filter_map(|i| slab.occupant(i).map(|w| (w.owner, WaitKey(slab.key_of(i)))))
                 .collect()
         });
         index.get(&owner).copied()

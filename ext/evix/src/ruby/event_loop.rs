@@ -1,13 +1,11 @@
 //! `Evix::Loop`: the Rust loop core as a Ruby object.
 
-use super::args;
-use super::callback::{self, owner_of, required_block, Callback, RubyDriver, Switch};
-use super::errors;
-use super::nogvl;
+use super::helpers::callback::{owner_of, required_block, Callback, RubyDriver, Switch};
+use super::helpers::{args, capi, errors};
 use super::stall_probe::RbStallProbe;
 use super::timer::RbTimer;
 use super::watcher::RbWatcher;
-use crate::core::{Driver, Fire, Key, Loop, Parked, Pin, RunError, RunMode};
+use crate::core::{Driver, FdOwner, Fire, Loop, Parked, RunError, RunMode, WaitKey};
 use crate::sys::Interest;
 use crate::sys::{fork, BackendKind};
 use magnus::rb_sys::AsRawValue;
@@ -115,18 +113,6 @@ fn pending_error(ruby: &Ruby, end: Callback) -> Error {
         )
 }
 
-/// A wait's key as the Integer token Ruby code holds.
-fn token(key: Key) -> u64 {
-    (u64::from(key.generation) << 32) | u64::from(key.index)
-}
-
-fn key_of(token: u64) -> Key {
-    Key {
-        index: token as u32,
-        generation: (token >> 32) as u32,
-    }
-}
-
 impl RbLoop {
     fn new(ruby: &Ruby, args: &[Value]) -> Result<Self, Error> {
         let args = scan_args::scan_args::<(), (), (), (), RHash, ()>(args)?;
@@ -134,7 +120,7 @@ impl RbLoop {
             scan_args::get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &[*BACKEND])?;
         let kind = backend_kind(ruby, kw.optional.0)?;
         let core = Loop::new(kind).map_err(|e| errors::os(ruby, e, "Evix::Loop.new"))?;
-        let waker_fd = core.shared().wake.fd().unwrap_or(-1);
+        let waker_fd = core.shared().waker.fd().unwrap_or(-1);
         Ok(RbLoop {
             core,
             owner: Cell::new(current_thread()),
@@ -232,7 +218,7 @@ impl RbLoop {
         &self,
         ruby: &Ruby,
         core: &Loop<Callback>,
-        io: Option<(RawFd, Interest, Option<Pin<Callback>>)>,
+        io: Option<(RawFd, Interest, Option<FdOwner<Callback>>)>,
         timeout: Option<Duration>,
         on_park: impl FnOnce(u64) -> Result<(), Error>,
         os_error: impl FnOnce(io::Error) -> Error,
@@ -256,7 +242,7 @@ impl RbLoop {
             Parked::Waiting(key) => key,
             Parked::Pending(end) => return Err(pending_error(ruby, end)),
         };
-        if let Err(e) = on_park(token(key)) {
+        if let Err(e) = on_park(key.to_bits()) {
             core.unpark(key);
             return Err(e);
         }
@@ -270,7 +256,7 @@ impl RbLoop {
         let result = match back_to {
             Some(target) => target.transfer::<_, Value>(()),
             None => ruby.fiber_yield::<_, Value>(()).map_err(|e| {
-                if callback::is_fiber_error(ruby, &e) {
+                if errors::is_fiber_error(ruby, &e) {
                     errors::evix(
                         ruby,
                         "Evix::Loop waits must be made inside a task or a fiber the loop runs",
@@ -325,9 +311,9 @@ impl RbLoop {
         Ok(())
     }
 
-    /// The core if the loop is open and on its thread, `None` if it is closed
-    /// (handles' cancel/active? are quiet on a closed loop).
-    pub fn open(&self, ruby: &Ruby) -> Result<Option<&Loop<Callback>>, Error> {
+    /// The core if the loop is open and on its thread (as `usable`), `None`
+    /// if it is closed (handles' cancel/active? are quiet on a closed loop).
+    pub fn usable_if_open(&self, ruby: &Ruby) -> Result<Option<&Loop<Callback>>, Error> {
         if self.core.is_closed() {
             return Ok(None);
         }
@@ -338,7 +324,7 @@ impl RbLoop {
     /// magnus's conversion to `Obj<Self>` or `&Self` costs an `rb_protect`
     /// around `rb_check_typeddata` per call.
     fn this<'a>(ruby: &Ruby, rb_self: &'a Value) -> Result<&'a Self, Error> {
-        nogvl::typed_ref(ruby, rb_self).ok_or_else(|| {
+        capi::typed_ref(ruby, rb_self).ok_or_else(|| {
             errors::type_error(
                 ruby,
                 format!(
@@ -426,7 +412,7 @@ impl RbLoop {
     /// Suspends the calling fiber until `io` is ready for `events` and
     /// returns the ready bits, or nil once `timeout` passed; raises
     /// `Evix::ClosedError` if the IO is released or closed meanwhile. The
-    /// fd's registration is pinned to `io` (see `core::Pin`), so waiting
+    /// fd's registration is pinned to `io` (see `core::FdOwner`), so waiting
     /// again costs no syscall.
     pub(super) fn wait_io(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
         Self::wait_io_with(ruby, rb_self, args, |e, fd| {
@@ -449,16 +435,16 @@ impl RbLoop {
         this.check_not_reserved(ruby, fd)?;
         let (interest, _) = args::events(ruby, args[1])?;
         let timeout = args::optional_seconds(ruby, args::optional(args, 2), "timeout")?;
-        // The pin keeps the IO alive; the loop's mark reaches it. (The core
-        // drops it unless the fd's registration is new or changes owner.)
-        let pin = keep.map(|io| Pin {
-            owner: (io.as_raw(), REOPENS.load(Ordering::Relaxed)),
+        // The owner keeps the IO alive; the loop's mark reaches it. (The
+        // core drops it unless the fd's registration is new or changes owner.)
+        let fd_owner = keep.map(|io| FdOwner {
+            id: (io.as_raw(), REOPENS.load(Ordering::Relaxed)),
             keep: Callback::keep_alive(io),
         });
         let outcome = this.park_current(
             ruby,
             core,
-            Some((fd, interest, pin)),
+            Some((fd, interest, fd_owner)),
             timeout,
             |_| Ok(()),
             |e| os_error(e, fd),
@@ -555,7 +541,7 @@ impl RbLoop {
 
     fn resume_token(&self, ruby: &Ruby, token: u64, value: Value) -> Result<bool, Error> {
         let core = self.usable(ruby)?;
-        match errors::guard(ruby, || Ok(core.unpark(key_of(token))))? {
+        match errors::guard(ruby, || Ok(core.unpark(WaitKey::from_bits(token))))? {
             Some(resume) => {
                 self.deliver(ruby, core, resume.with_value(value))?;
                 Ok(true)
@@ -688,7 +674,7 @@ impl RbLoop {
     /// it; this thread's loop `io` belongs to... each on its next iteration.
     fn io_closing(ruby: &Ruby, target: Value) -> Result<(), Error> {
         if let Some(file) = RFile::from_value(target) {
-            if let Ok(fd) = nogvl::io_descriptor(ruby, file) {
+            if let Ok(fd) = capi::io_descriptor(ruby, file) {
                 crate::core::closing::closing(fd);
             }
         }
@@ -706,7 +692,7 @@ impl RbLoop {
     }
 
     fn wakeup(&self) {
-        self.core.shared().wake.wake();
+        self.core.shared().waker.wake();
     }
 
     fn run(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<(), Error> {
@@ -892,7 +878,7 @@ fn descriptor(ruby: &Ruby, target: Value) -> Result<(i32, Option<Value>), Error>
 /// any IO).
 fn io_descriptor(ruby: &Ruby, file: RFile) -> Result<(i32, Option<Value>), Error> {
     let io = file.as_value();
-    match nogvl::io_descriptor(ruby, file) {
+    match capi::io_descriptor(ruby, file) {
         Ok(fd) => Ok((fd, Some(io))),
         Err(e) => {
             if io.funcall::<_, _, bool>(*CLOSED, ())? {

@@ -1,18 +1,16 @@
-//! The Ruby binding: one file per class, each with its own `init`.
+//! The Ruby binding: one file per class, each with its own `init`, and
+//! what they share in `helpers/`.
 
-mod args;
-mod callback;
-mod errors;
 mod event_loop;
-mod lines;
-mod nogvl;
+mod helpers;
+mod io;
 mod scheduler;
 mod stall_probe;
-mod stream;
 mod timer;
 mod watcher;
 
 use crate::sys::BackendKind;
+use helpers::{args, errors};
 use magnus::{function, prelude::*, Error, RArray, Ruby, TypedData};
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
@@ -27,8 +25,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     watcher::init(ruby, evix)?;
     scheduler::init(ruby, evix)?;
     stall_probe::init(ruby, evix)?;
-    stream::init(ruby, evix)?;
-    lines::init(ruby, evix)?;
+    io::init(ruby, evix)?;
     // magnus's TypedData derive looks each class up lazily, in a OnceLock
     // whose initialiser calls Object.const_get and so may give up the GVL:
     // two threads wrapping their first object at once deadlock (one holds

@@ -14,12 +14,12 @@
 //! A write never does: Ruby calls the hook to flush its own write buffer
 //! too, and a Ruby method on the IO would flush that same buffer again.
 
-use super::{
+use super::event_loop::RbLoop;
+use super::helpers::{
     args,
     callback::owner_of,
-    errors,
-    event_loop::RbLoop,
-    nogvl::{self, Direct},
+    capi::{self, Direct},
+    errors, nogvl,
 };
 use crate::sys::stream;
 use magnus::{
@@ -71,7 +71,7 @@ impl DataTypeFunctions for RbScheduler {
 impl RbScheduler {
     /// `self`, as the hooks take it: a plain Value (see `RbLoop::this`).
     fn this<'a>(ruby: &Ruby, rb_self: &'a Value) -> Result<&'a Self, Error> {
-        nogvl::typed_ref(ruby, rb_self).ok_or_else(|| {
+        capi::typed_ref(ruby, rb_self).ok_or_else(|| {
             errors::type_error(ruby, format!("not an Evix::Scheduler: {}", rb_self.class()))
         })
     }
@@ -85,7 +85,7 @@ impl RbScheduler {
 
     /// `attach(loop)`, private, from `initialize`: the loop it runs on, once.
     fn attach(ruby: &Ruby, rb_self: &Self, evloop: Value) -> Result<(), Error> {
-        if nogvl::typed_ref::<RbLoop>(ruby, &evloop).is_none() {
+        if capi::typed_ref::<RbLoop>(ruby, &evloop).is_none() {
             return Err(errors::type_error(
                 ruby,
                 format!(
@@ -198,7 +198,7 @@ fn wait_in_child(
 ) -> Result<Result<Option<Value>, i64>, Error> {
     let file = RFile::from_value(io)
         .ok_or_else(|| errors::type_error(ruby, format!("not an IO: {}", errors::describe(io))))?;
-    let fd = nogvl::io_descriptor(ruby, file).map_err(|_| closed_meanwhile(ruby))?;
+    let fd = capi::io_descriptor(ruby, file).map_err(|_| closed_meanwhile(ruby))?;
     let deadline = args::optional_seconds(ruby, Some(timeout), "timeout")?
         .map(|t| std::time::Instant::now() + t);
     let write = interest & args::WRITE != 0;
@@ -304,7 +304,7 @@ fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
     let (io, buffer) = (args[0], args[1]);
     let (file, length, mut offset) = io_call(ruby, args)?;
     let socket = is_socket(ruby, io);
-    let fd = match nogvl::direct(ruby, file, false) {
+    let fd = match capi::direct(ruby, file, false) {
         Direct::Fd(fd) => fd,
         Direct::Closed => return Err(closed_stream(ruby)),
         Direct::Ruby => return rb_self.funcall(*IO_READ_OTHER, args),
@@ -336,7 +336,7 @@ fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
                 };
             }
         }
-        let (room, read) = nogvl::with_buffer_mut(ruby, buffer, |bytes| {
+        let (room, read) = capi::with_buffer_mut(ruby, buffer, |bytes| {
             bytes.get_mut(offset..).map(|room| {
                 let read = if socket {
                     stream::recv(fd, room)
@@ -387,12 +387,12 @@ fn io_write(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error>
     let socket = is_socket(ruby, io);
     let mut total = 0;
     loop {
-        let fd = match nogvl::hook_write_fd(ruby, file) {
+        let fd = match capi::hook_write_fd(ruby, file) {
             Direct::Fd(fd) => fd,
             Direct::Closed => return Err(closed_stream(ruby)),
             Direct::Ruby => return Ok(negative_errno(ruby, libc::EBADF)),
         };
-        let sent = nogvl::with_buffer(ruby, buffer, |bytes| {
+        let sent = capi::with_buffer(ruby, buffer, |bytes| {
             bytes.get(offset..).map(|rest| {
                 if socket {
                     stream::send(fd, rest)
@@ -517,7 +517,7 @@ fn is_socket(ruby: &Ruby, io: Value) -> bool {
 /// The fd to read (or write) `file` through directly; None when Ruby's own
 /// buffer holds bytes for it; IOError when it is closed.
 fn open_fd(ruby: &Ruby, file: RFile, write: bool) -> Result<Option<i32>, Error> {
-    match nogvl::direct(ruby, file, write) {
+    match capi::direct(ruby, file, write) {
         Direct::Fd(fd) => Ok(Some(fd)),
         Direct::Closed => Err(closed_stream(ruby)),
         Direct::Ruby => Ok(None),

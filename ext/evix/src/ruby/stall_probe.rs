@@ -3,7 +3,7 @@
 //! does not keep the loop alive; and it waits without the GVL, so a loop
 //! that is not stalled never waits for the watchdog.
 
-use super::{errors, nogvl};
+use super::helpers::{errors, nogvl};
 use crate::core::Pulse;
 use crate::sys::fork;
 use magnus::{method, prelude::*, DataTypeFunctions, Error, RModule, Ruby, TypedData};

@@ -1,9 +1,12 @@
 //! `Evix::Timer`: the handle `Evix::Loop#add_timer` returns.
 
-use super::args;
-use super::callback::Callback;
 use super::event_loop::RbLoop;
-use crate::core::Key;
+use super::helpers::{
+    args,
+    callback::Callback,
+    handle::{define_handle_methods, Handle, HandleClass},
+};
+use crate::core::TimerKey;
 use magnus::{
     block::Proc, gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions,
     Error, RModule, Ruby, TypedData, Value,
@@ -14,104 +17,66 @@ use std::time::Duration;
 #[derive(TypedData)]
 #[magnus(class = "Evix::Timer", free_immediately, size, mark, wb_protected)]
 pub struct RbTimer {
-    owner: Opaque<Obj<RbLoop>>,
-    key: Cell<Key>,
+    handle: Handle<TimerKey>,
     block: Opaque<Proc>,
     delay: Cell<Duration>,
     interval: Option<Duration>,
-    referenced: Cell<bool>,
 }
 
 impl DataTypeFunctions for RbTimer {
     fn mark(&self, marker: &Marker) {
-        marker.mark(self.owner);
+        self.handle.mark(marker);
         marker.mark(self.block);
+    }
+}
+
+impl HandleClass for RbTimer {
+    type Key = TimerKey;
+
+    fn handle(&self) -> &Handle<TimerKey> {
+        &self.handle
     }
 }
 
 impl RbTimer {
     pub fn new(
         owner: Obj<RbLoop>,
-        key: Key,
+        key: TimerKey,
         block: Proc,
         delay: Duration,
         interval: Option<Duration>,
     ) -> Self {
         RbTimer {
-            owner: owner.into(),
-            key: Cell::new(key),
+            handle: Handle::new(owner, key),
             block: block.into(),
             delay: Cell::new(delay),
             interval,
-            referenced: Cell::new(true),
         }
     }
 
-    fn owner(&self, ruby: &Ruby) -> Obj<RbLoop> {
-        ruby.get_inner(self.owner)
-    }
-
-    fn cancel(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
-        let owner = rb_self.owner(ruby);
-        if let Some(core) = owner.open(ruby)? {
-            core.cancel_timer(rb_self.key.get());
-        }
-        Ok(())
-    }
-
-    fn is_active(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
-        let owner = rb_self.owner(ruby);
-        Ok(owner
-            .open(ruby)?
-            .is_some_and(|core| core.timer_active(rb_self.key.get())))
-    }
-
+    /// `again(delay = nil)`: re-arms the timer `delay` (or its last delay)
+    /// from now, adding it again if it fired or was cancelled.
     fn again(ruby: &Ruby, rb_self: Obj<Self>, args: &[Value]) -> Result<Obj<Self>, Error> {
-        let owner = rb_self.owner(ruby);
+        let owner = rb_self.handle.owner(ruby);
         let core = owner.usable(ruby)?;
         args::arity(ruby, args, 0, 1)?;
         if let Some(value) = args::optional(args, 0) {
             rb_self.delay.set(args::seconds(ruby, value, "delay")?);
         }
         let delay = rb_self.delay.get();
-        if !core.timer_again(rb_self.key.get(), delay) {
+        if !core.timer_again(rb_self.handle.key(), delay) {
             let block = ruby.get_inner(rb_self.block);
             let key = core.add_timer(delay, rb_self.interval, Callback::new(block));
-            rb_self.key.set(key);
-            core.timer_set_ref(key, rb_self.referenced.get());
+            rb_self.handle.replace_key(core, key);
         }
         Ok(rb_self)
-    }
-
-    fn set_ref(ruby: &Ruby, rb_self: Obj<Self>, referenced: bool) -> Result<Obj<Self>, Error> {
-        let owner = rb_self.owner(ruby);
-        let core = owner.usable(ruby)?;
-        rb_self.referenced.set(referenced);
-        core.timer_set_ref(rb_self.key.get(), referenced);
-        Ok(rb_self)
-    }
-
-    fn reference(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Obj<Self>, Error> {
-        Self::set_ref(ruby, rb_self, true)
-    }
-
-    fn unreference(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Obj<Self>, Error> {
-        Self::set_ref(ruby, rb_self, false)
-    }
-
-    fn is_referenced(&self) -> bool {
-        self.referenced.get()
     }
 }
 
 pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     let class = evix.define_class("Timer", ruby.class_object())?;
     class.undef_default_alloc_func();
-    class.define_method("cancel", method!(RbTimer::cancel, 0))?;
-    class.define_method("active?", method!(RbTimer::is_active, 0))?;
+    define_handle_methods!(class, RbTimer);
     class.define_method("again", method!(RbTimer::again, -1))?;
-    class.define_method("ref", method!(RbTimer::reference, 0))?;
-    class.define_method("unref", method!(RbTimer::unreference, 0))?;
-    class.define_method("ref?", method!(RbTimer::is_referenced, 0))?;
     Ok(())
 }

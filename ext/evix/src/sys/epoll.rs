@@ -1,13 +1,14 @@
 //! Linux epoll, level-triggered, one persistent registration per fd.
 
-use super::{timeout_ms, Event, Interest};
+use super::{owned, timeout_ms, Event, Interest};
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::io::RawFd;
 use std::time::Duration;
 
 #[derive(Debug)]
 pub struct Epoll {
-    epfd: RawFd,
+    epfd: OwnedFd,
     buffer: Vec<libc::epoll_event>,
 }
 
@@ -24,9 +25,10 @@ fn flags(interest: Interest) -> u32 {
 
 impl Epoll {
     pub fn new() -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 takes only flags.
         let epfd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
         Ok(Epoll {
-            epfd,
+            epfd: owned(epfd),
             buffer: Vec::with_capacity(1024),
         })
     }
@@ -38,7 +40,7 @@ impl Epoll {
         };
         // SAFETY: `event` is a valid epoll_event that outlives the call; the kernel
         // only reads it (DEL ignores it).
-        syscall!(epoll_ctl(self.epfd, op, fd, &mut event)).map(drop)
+        syscall!(epoll_ctl(self.epfd.as_raw_fd(), op, fd, &mut event)).map(drop)
     }
 
     pub fn register(&mut self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
@@ -70,7 +72,7 @@ impl Epoll {
         // SAFETY: the kernel writes at most `capacity` entries into the buffer's
         // spare capacity; `set_len` below only exposes the entries it wrote.
         let n = syscall!(epoll_wait(
-            self.epfd,
+            self.epfd.as_raw_fd(),
             self.buffer.as_mut_ptr(),
             capacity as libc::c_int,
             timeout_ms(timeout)
@@ -97,12 +99,5 @@ impl Epoll {
             self.buffer.reserve(capacity);
         }
         Ok(())
-    }
-}
-
-impl Drop for Epoll {
-    fn drop(&mut self) {
-        // SAFETY: we own epfd and close it exactly once.
-        let _ = syscall!(close(self.epfd));
     }
 }

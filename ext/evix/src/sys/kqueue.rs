@@ -1,15 +1,19 @@
 //! kqueue for macOS and the BSDs: one EVFILT_READ and one EVFILT_WRITE filter
 //! per fd, added or deleted as the fd's interest changes.
 
-use super::{Event, Interest};
+use super::{owned, Event, Interest};
 use std::collections::HashMap;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::io::RawFd;
 use std::time::Duration;
 
+/// Whether this OS has kqueue.
+pub const AVAILABLE: bool = true;
+
 #[derive(Debug)]
 pub struct Kqueue {
-    kq: RawFd,
+    kq: OwnedFd,
     registered: HashMap<RawFd, Interest>,
     buffer: Vec<libc::kevent>,
 }
@@ -26,8 +30,10 @@ fn change(fd: RawFd, filter: i16, flags: u16, token: u64) -> libc::kevent {
 
 impl Kqueue {
     pub fn new() -> io::Result<Kqueue> {
-        let kq = syscall!(kqueue())?;
-        syscall!(fcntl(kq, libc::F_SETFD, libc::FD_CLOEXEC))?;
+        // SAFETY: kqueue() takes no argument.
+        let kq = owned(syscall!(kqueue())?);
+        // SAFETY: F_SETFD with an int argument, on the descriptor just created.
+        syscall!(fcntl(kq.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC))?;
         Ok(Kqueue {
             kq,
             registered: HashMap::new(),
@@ -41,7 +47,7 @@ impl Kqueue {
         }
         // SAFETY: `changes` is a live slice of initialised kevents; no output buffer.
         syscall!(kevent(
-            self.kq,
+            self.kq.as_raw_fd(),
             changes.as_ptr(),
             changes.len() as _,
             std::ptr::null_mut(),
@@ -74,6 +80,7 @@ impl Kqueue {
     }
 
     pub fn register(&mut self, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
+        // SAFETY: F_GETFD takes no pointer; any int is a valid argument.
         syscall!(fcntl(fd, libc::F_GETFD))?;
         let old = self.registered.get(&fd).copied().unwrap_or_default();
         self.set(fd, token, old, interest)
@@ -104,7 +111,7 @@ impl Kqueue {
         let capacity = self.buffer.capacity();
         // SAFETY: the kernel writes at most `capacity` kevents into spare capacity.
         let n = syscall!(kevent(
-            self.kq,
+            self.kq.as_raw_fd(),
             std::ptr::null(),
             0,
             self.buffer.as_mut_ptr(),
@@ -127,12 +134,5 @@ impl Kqueue {
             });
         }
         Ok(())
-    }
-}
-
-impl Drop for Kqueue {
-    fn drop(&mut self) {
-        // SAFETY: we own kq and close it exactly once.
-        let _ = syscall!(close(self.kq));
     }
 }

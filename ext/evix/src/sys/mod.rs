@@ -1,8 +1,10 @@
 //! OS backends. Every backend offers the same method list (`register`,
 //! `reregister`, `deregister`, `wait`); [`Backend`] picks one at run time.
-//! This folder and `ruby/nogvl.rs` are the only places with `unsafe`.
+//! This folder and `ruby/helpers/` (the binding's C-API helpers) are the
+//! only places with `unsafe`.
 
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::io::RawFd;
 use std::time::Duration;
 
@@ -24,22 +26,28 @@ macro_rules! syscall {
 #[cfg(target_os = "linux")]
 mod epoll;
 pub mod fork;
-#[cfg(any(
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "freebsd",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "dragonfly"
-))]
+// The one place that lists the OSes with kqueue: elsewhere `kqueue` is a
+// backend with no values (no_kqueue.rs), so the code that picks a backend
+// needs no list of its own.
+#[cfg_attr(
+    not(any(
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "freebsd",
+        target_os = "netbsd",
+        target_os = "openbsd",
+        target_os = "dragonfly"
+    )),
+    path = "no_kqueue.rs"
+)]
 mod kqueue;
 mod poll;
 pub mod stream;
 #[cfg(test)]
 pub mod testing;
-mod waker;
+mod wake_fd;
 
-pub use waker::{wake_fd, Waker};
+pub use wake_fd::WakeFd;
 
 /// Hints the CPU to start loading the cache line at `addr` (for memory about
 /// to be read; the loop's due timers sit in random places). A hint only:
@@ -143,31 +151,11 @@ impl BackendKind {
 
     /// Backends compiled in for this OS; the first is the default.
     pub fn available() -> &'static [BackendKind] {
-        #[cfg(target_os = "linux")]
-        {
+        if cfg!(target_os = "linux") {
             &[BackendKind::Epoll, BackendKind::Poll]
-        }
-        #[cfg(any(
-            target_os = "macos",
-            target_os = "ios",
-            target_os = "freebsd",
-            target_os = "netbsd",
-            target_os = "openbsd",
-            target_os = "dragonfly"
-        ))]
-        {
+        } else if kqueue::AVAILABLE {
             &[BackendKind::Kqueue, BackendKind::Poll]
-        }
-        #[cfg(not(any(
-            target_os = "linux",
-            target_os = "macos",
-            target_os = "ios",
-            target_os = "freebsd",
-            target_os = "netbsd",
-            target_os = "openbsd",
-            target_os = "dragonfly"
-        )))]
-        {
+        } else {
             &[BackendKind::Poll]
         }
     }
@@ -178,14 +166,6 @@ impl BackendKind {
 pub enum Backend {
     #[cfg(target_os = "linux")]
     Epoll(epoll::Epoll),
-    #[cfg(any(
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "freebsd",
-        target_os = "netbsd",
-        target_os = "openbsd",
-        target_os = "dragonfly"
-    ))]
     Kqueue(kqueue::Kqueue),
     Poll(poll::Poll),
 }
@@ -195,14 +175,6 @@ macro_rules! dispatch {
         match $self {
             #[cfg(target_os = "linux")]
             Backend::Epoll($b) => $e,
-            #[cfg(any(
-                target_os = "macos",
-                target_os = "ios",
-                target_os = "freebsd",
-                target_os = "netbsd",
-                target_os = "openbsd",
-                target_os = "dragonfly"
-            ))]
             Backend::Kqueue($b) => $e,
             Backend::Poll($b) => $e,
         }
@@ -214,21 +186,10 @@ impl Backend {
         match kind {
             #[cfg(target_os = "linux")]
             BackendKind::Epoll => Ok(Backend::Epoll(epoll::Epoll::new()?)),
-            #[cfg(any(
-                target_os = "macos",
-                target_os = "ios",
-                target_os = "freebsd",
-                target_os = "netbsd",
-                target_os = "openbsd",
-                target_os = "dragonfly"
-            ))]
             BackendKind::Kqueue => Ok(Backend::Kqueue(kqueue::Kqueue::new()?)),
             BackendKind::Poll => Ok(Backend::Poll(poll::Poll::new())),
             #[allow(unreachable_patterns)]
-            other => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("backend {} is not available on this OS", other.name()),
-            )),
+            other => Err(unavailable(other)),
         }
     }
 
@@ -236,14 +197,6 @@ impl Backend {
         match self {
             #[cfg(target_os = "linux")]
             Backend::Epoll(_) => BackendKind::Epoll,
-            #[cfg(any(
-                target_os = "macos",
-                target_os = "ios",
-                target_os = "freebsd",
-                target_os = "netbsd",
-                target_os = "openbsd",
-                target_os = "dragonfly"
-            ))]
             Backend::Kqueue(_) => BackendKind::Kqueue,
             Backend::Poll(_) => BackendKind::Poll,
         }
@@ -277,6 +230,21 @@ impl Backend {
             other => other,
         }
     }
+}
+
+/// The error for a backend this OS does not have.
+fn unavailable(kind: BackendKind) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("backend {} is not available on this OS", kind.name()),
+    )
+}
+
+/// Takes ownership of a descriptor a syscall just created.
+fn owned(fd: RawFd) -> OwnedFd {
+    // SAFETY: `fd` was just returned by a successful syscall that created it,
+    // so it is open and nothing else owns it.
+    unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
 /// `Ok` if `fd` is an open descriptor of this process: asked of the kernel

@@ -35,6 +35,7 @@ impl Poll {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
         // poll(2) would report POLLNVAL later; report a bad fd at the call instead.
+        // SAFETY: F_GETFD takes no pointer; any int is a valid argument.
         syscall!(fcntl(fd, libc::F_GETFD))?;
         if self.index.contains_key(&fd) {
             return self.reregister(fd, token, interest);

@@ -28,6 +28,7 @@ pub fn drain(fd: RawFd) {
 }
 
 pub fn set_nonblocking(fd: RawFd) {
+    // SAFETY: F_SETFL with an int argument.
     syscall!(fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK)).expect("fcntl");
 }
 
@@ -38,11 +39,13 @@ pub fn close(fd: RawFd) {
 
 /// A second descriptor for `fd`'s open file (what a forked child holds).
 pub fn dup(fd: RawFd) -> RawFd {
+    // SAFETY: dup takes only descriptors.
     syscall!(dup(fd)).expect("dup")
 }
 
 /// Puts `fd`'s file on the number `onto` (closing what was there), as a
 /// reused fd number would: deterministic even with tests running in parallel.
 pub fn dup2(fd: RawFd, onto: RawFd) {
+    // SAFETY: dup2 takes only descriptors.
     syscall!(dup2(fd, onto)).expect("dup2");
 }

@@ -94,7 +94,7 @@ fn stale_events_never_reach_a_removed_watcher_or_a_reused_fd() {
         let replacement = Rc::new(Cell::new(None::<(RawFd, RawFd)>));
         // Whichever watcher runs first closes the other pipe, reopens a pipe on
         // the freed number and watches it: the old event must be dropped.
-        let keys: Rc<RefCell<Vec<(Key, RawFd)>>> = Default::default();
+        let keys: Rc<RefCell<Vec<(WatcherKey, RawFd)>>> = Default::default();
         for (fd, name) in [(r1, "first"), (r2, "second")] {
             let (log, keys2, victim, replacement) = (
                 log.clone(),
@@ -347,7 +347,7 @@ fn timer_again_and_cancel() {
 fn due_timers_cancelled_or_moved_by_earlier_callbacks_do_not_fire() {
     let lp: TestLoop = Loop::new(BackendKind::Poll).unwrap();
     let log: Log = Default::default();
-    let keys: Rc<RefCell<Vec<Key>>> = Default::default();
+    let keys: Rc<RefCell<Vec<TimerKey>>> = Default::default();
     // More than one batch of due timers; even ones below 300 cancel a timer
     // 300 places later (often in a later batch), timer 10 moves timer 900
     // away, timer
@@ -425,8 +425,8 @@ fn pinned_fds_are_trusted_only_for_their_owner() {
         let lp: TestLoop = Loop::new(kind).unwrap();
         let log: Log = Default::default();
         let pin = |owner| {
-            Some(Pin {
-                owner: (owner, 0),
+            Some(FdOwner {
+                id: (owner, 0),
                 keep: cb(|_, _| {}),
             })
         };
@@ -515,7 +515,7 @@ fn a_watched_fd_closed_while_its_file_stays_open_elsewhere_does_not_spin() {
         once(&lp);
         assert_eq!(*log.borrow(), ["other"], "{kind:?}");
         lp.add_timer(Duration::from_secs(30), None, logger(&log, "timer"));
-        lp.shared().wake.force();
+        lp.shared().waker.force();
         let started = Instant::now();
         lp.run(RunMode::Once, &mut Calls(&lp)).unwrap();
         assert!(started.elapsed() < Duration::from_secs(5), "{kind:?}");
@@ -542,14 +542,14 @@ fn fire_logger(log: &Log, what: &str) -> Cb {
     })
 }
 
-fn pin(owner: u64, log: &Log) -> Option<Pin<Cb>> {
-    Some(Pin {
-        owner: (owner, 0),
+fn pin(owner: u64, log: &Log) -> Option<FdOwner<Cb>> {
+    Some(FdOwner {
+        id: (owner, 0),
         keep: logger(log, "kept"),
     })
 }
 
-fn parked(lp: &TestLoop, key: Key) -> bool {
+fn parked(lp: &TestLoop, key: WaitKey) -> bool {
     lp.unpark(key).is_some()
 }
 

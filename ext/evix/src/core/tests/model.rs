@@ -102,7 +102,7 @@ struct Seen {
 
 type Shared = Rc<RefCell<Seen>>;
 /// The active timers (id, key) the ops and the meddlers pick from.
-type TimerList = Rc<RefCell<Vec<(usize, Key)>>>;
+type TimerList = Rc<RefCell<Vec<(usize, TimerKey)>>>;
 
 fn record(seen: &Shared, what: What, oneshot: bool) -> Cb {
     let seen = seen.clone();
@@ -197,7 +197,7 @@ fn run_case(kind: BackendKind, ops: &[Op]) {
     let mut pipes: Vec<Pipe> = (0..PIPES).map(|_| new_pipe()).collect();
     let timers: TimerList = Default::default();
     // (id, key, pipe, oneshot), pruned to the active ones after each run
-    let mut watchers: Vec<(usize, Key, usize, bool)> = Vec::new();
+    let mut watchers: Vec<(usize, WatcherKey, usize, bool)> = Vec::new();
     let (mut ticks, mut defers, mut next_id) = (0, 0, 0);
     for op in ops {
         match *op {

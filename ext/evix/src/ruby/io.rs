@@ -1,16 +1,24 @@
-//! `Evix::IO`'s reads and writes on sockets, as private methods (the rest of
-//! the class is in lib/evix/io.rb). One `recv`/`send` with MSG_DONTWAIT and
-//! a String: what `read_nonblock`/`write_nonblock` do, without their Ruby
+//! `Evix::IO`'s native private methods (the rest of the class is in
+//! lib/evix/io.rb and lib/evix/io_input.rb).
+//!
+//! Reads and writes on sockets: one `recv`/`send` with MSG_DONTWAIT and a
+//! String: what `read_nonblock`/`write_nonblock` do, without their Ruby
 //! wrapper, keyword arguments and buffer bookkeeping (about 1,800 fewer
 //! instructions per echo round trip, bench/PROFILE.md), and without SIGPIPE.
 //! Anything unusual (bytes in Ruby's own IO buffers, an IO not open for the
 //! direction, a read larger than the scratch buffer, not a socket) is left
 //! to Ruby's method, so the result is always what Ruby would have given.
+//!
+//! `#gets`'s fast path: find a whole line in the buffer and copy it out in
+//! one call. In Ruby that is `String#index` and `String#byteslice`, two
+//! method calls with encoding checks that cost more than stdlib `IO#gets`
+//! does for the whole line.
 
-use super::{
+use super::helpers::{
+    capi::{self, Direct},
     errors,
-    nogvl::{self, Direct},
 };
+use crate::core::lines::find_line;
 use crate::sys::stream;
 use magnus::{
     method,
@@ -44,7 +52,7 @@ fn read_socket(ruby: &Ruby, _rb_self: Value, io: RFile, maxlen: Value) -> Result
     let len = Integer::from_value(maxlen)
         .and_then(|n| n.to_usize().ok())
         .filter(|n| (1..=SCRATCH).contains(n));
-    let (fd, len) = match (nogvl::direct(ruby, io, false), len) {
+    let (fd, len) = match (capi::direct(ruby, io, false), len) {
         (Direct::Closed, _) => return Err(closed_stream(ruby)),
         (Direct::Fd(fd), Some(len)) => (fd, len),
         _ => return by_ruby(ruby, io, *READ_NONBLOCK, maxlen),
@@ -69,12 +77,12 @@ fn read_socket(ruby: &Ruby, _rb_self: Value, io: RFile, maxlen: Value) -> Result
 /// `:wait_writable` when it took none; as
 /// `io.write_nonblock(data, exception: false)`, but never raising SIGPIPE.
 fn write_socket(ruby: &Ruby, _rb_self: Value, io: RFile, data: RString) -> Result<Value, Error> {
-    let fd = match nogvl::direct(ruby, io, true) {
+    let fd = match capi::direct(ruby, io, true) {
         Direct::Fd(fd) => fd,
         Direct::Closed => return Err(closed_stream(ruby)),
         Direct::Ruby => return by_ruby(ruby, io, *WRITE_NONBLOCK, data.as_value()),
     };
-    match nogvl::with_bytes(ruby, data, |bytes| stream::send(fd, bytes)) {
+    match capi::with_bytes(ruby, data, |bytes| stream::send(fd, bytes)) {
         Ok(n) => Ok(n.into_value_with(ruby)),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(WAIT_WRITABLE.into_value_with(ruby)),
         Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK) => {
@@ -96,9 +104,51 @@ fn closed_stream(ruby: &Ruby) -> Error {
     Error::new(ruby.exception_io_error(), "closed stream")
 }
 
+/// `buffered_line(buffer, offset, separator, limit, chomp)`: the line that
+/// starts at byte `offset` of `buffer` and ends with `separator`, at most
+/// `limit` bytes long (nil or negative: no limit), without the separator
+/// (and a "\r" before a "\n" one) when `chomp` is truthy; nil when there is
+/// no such line in the buffer, or for a call that is not the usual one (a
+/// nil or empty separator, a limit that is not an Integer): #gets then
+/// takes its own path. When the line is the whole buffer it is `buffer`
+/// itself, no copy.
+fn buffered_line(
+    ruby: &Ruby,
+    _rb_self: Value,
+    buffer: RString,
+    offset: usize,
+    separator: Value,
+    limit: Value,
+    chomp: bool,
+) -> Result<Value, Error> {
+    let nil = ruby.qnil().as_value();
+    let Some(separator) = RString::from_value(separator) else {
+        return Ok(nil);
+    };
+    let limit = if limit.is_nil() {
+        None
+    } else {
+        match Integer::from_value(limit).map(|n| n.to_i64()) {
+            Some(Ok(n)) => usize::try_from(n).ok(), // negative: no limit
+            _ => return Ok(nil),
+        }
+    };
+    let found = capi::with_bytes(ruby, buffer, |bytes| {
+        capi::with_bytes(ruby, separator, |separator| {
+            find_line(bytes, offset, separator, limit, chomp).map(|end| (end, bytes.len()))
+        })
+    });
+    Ok(match found {
+        None => nil,
+        Some((end, len)) if offset == 0 && end == len => buffer.as_value(),
+        Some((end, _)) => capi::byteslice(ruby, buffer, offset..end).as_value(),
+    })
+}
+
 pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     let class = evix.define_class("IO", ruby.class_object())?;
     class.define_private_method("read_socket", method!(read_socket, 2))?;
     class.define_private_method("write_socket", method!(write_socket, 2))?;
+    class.define_private_method("buffered_line", method!(buffered_line, 5))?;
     Ok(())
 }

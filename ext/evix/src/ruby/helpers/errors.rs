@@ -1,67 +1,74 @@
 //! Error classes (defined in lib/evix.rb, looked up here) and the
 //! conversions from Rust errors to the exceptions DESIGN.md §5 names.
 
-use magnus::{prelude::*, value::Opaque, Error, ExceptionClass, RModule, Ruby};
+use magnus::{prelude::*, value::Opaque, Error, ExceptionClass, Module, RModule, Ruby};
 use std::io;
 use std::sync::OnceLock;
 
-/// evix's own error classes (defined in lib/evix.rb before the extension is
-/// loaded), looked up once by `init`: a lookup at first use would take a
-/// lock that a second thread holding the GVL could wait on forever.
+/// The exception classes raised or recognised here, looked up once by
+/// `init` (evix's own are defined in lib/evix.rb before the extension is
+/// loaded): a lookup at first use would take a lock that a second thread
+/// holding the GVL could wait on forever, and a failed one would leave an
+/// error with no class to raise.
 struct Classes {
     error: Opaque<ExceptionClass>,
     closed: Opaque<ExceptionClass>,
+    fiber_error: Opaque<ExceptionClass>,
 }
 
 static CLASSES: OnceLock<Classes> = OnceLock::new();
 
 pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
-    let class = |name: &str| -> Result<Opaque<ExceptionClass>, Error> {
-        let class: ExceptionClass = evix.const_get(name)?;
-        ruby.gc_register_mark_object(class);
-        Ok(class.into())
-    };
     let classes = Classes {
-        error: class("Error")?,
-        closed: class("ClosedError")?,
+        error: lookup(ruby, evix, "Error")?,
+        closed: lookup(ruby, evix, "ClosedError")?,
+        fiber_error: lookup(ruby, ruby.class_object(), "FiberError")?,
     };
     let _ = CLASSES.set(classes);
     Ok(())
 }
 
+fn lookup(ruby: &Ruby, module: impl Module, name: &str) -> Result<Opaque<ExceptionClass>, Error> {
+    let class: ExceptionClass = module.const_get(name)?;
+    ruby.gc_register_mark_object(class);
+    Ok(class.into())
+}
+
+/// The classes `init` looked up; it runs first in `Init_evix`, before any
+/// method that raises is defined.
 fn classes() -> &'static Classes {
     CLASSES.get().expect("errors::init ran in Init_evix")
 }
 
-fn evix_class(ruby: &Ruby, name: &str) -> ExceptionClass {
-    let classes = classes();
-    ruby.get_inner(match name {
-        "ClosedError" => classes.closed,
-        _ => classes.error,
-    })
-}
-
 /// `Evix::Error`: misuse of a loop (wrong thread, after fork, re-entry).
 pub fn evix(ruby: &Ruby, msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
-    Error::new(evix_class(ruby, "Error"), msg)
+    Error::new(ruby.get_inner(classes().error), msg)
 }
 
 /// `Evix::ClosedError`.
 pub fn closed(ruby: &Ruby, what: &str) -> Error {
-    Error::new(evix_class(ruby, "ClosedError"), format!("{what} is closed"))
+    Error::new(
+        ruby.get_inner(classes().closed),
+        format!("{what} is closed"),
+    )
 }
 
 /// `Evix::ClosedError` for a wait whose IO was released or closed meanwhile.
 pub fn closed_while_waiting(ruby: &Ruby) -> Error {
     Error::new(
-        evix_class(ruby, "ClosedError"),
+        ruby.get_inner(classes().closed),
         "IO was closed while waiting",
     )
 }
 
 /// Whether `error` is an `Evix::ClosedError`.
 pub fn is_closed(ruby: &Ruby, error: &Error) -> bool {
-    error.is_kind_of(evix_class(ruby, "ClosedError"))
+    error.is_kind_of(ruby.get_inner(classes().closed))
+}
+
+/// Whether `error` is a `FiberError` (a switch Ruby refused).
+pub fn is_fiber_error(ruby: &Ruby, error: &Error) -> bool {
+    error.is_kind_of(ruby.get_inner(classes().fiber_error))
 }
 
 pub fn argument(ruby: &Ruby, msg: String) -> Error {

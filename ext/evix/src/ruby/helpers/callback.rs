@@ -2,8 +2,8 @@
 //! object to keep alive with it (a watcher's IO), and the driver that calls
 //! them for the core.
 
-use super::{errors, nogvl};
-use crate::core::{Driver, Fire, Loop, Wake};
+use super::{capi, errors, nogvl};
+use crate::core::{Driver, Fire, Loop, LoopWaker};
 use magnus::{
     block::Proc,
     gc::Marker,
@@ -147,7 +147,7 @@ impl RubyDriver<'_> {
                     Fire::Io(ready) => Some(ruby.into_value(ready.bits())),
                     _ => None,
                 };
-                nogvl::call_proc(ruby, block, arg)
+                capi::call_proc(ruby, block, arg)
             }
             Target::Fiber(fiber, switch) => {
                 let fiber = ruby.get_inner(fiber);
@@ -185,7 +185,7 @@ impl RubyDriver<'_> {
                 match fiber.transfer::<_, Value>((ruby.qnil(),)) {
                     // It is busy resuming a fiber of its own: that one
                     // switches back to it.
-                    Err(e) if is_fiber_error(ruby, &e) => Ok(()),
+                    Err(e) if errors::is_fiber_error(ruby, &e) => Ok(()),
                     Err(e) => Err(e),
                     Ok(_) => {
                         self.recover(fiber);
@@ -224,7 +224,7 @@ impl Driver<Callback> for RubyDriver<'_> {
         match level {
             // A heap object's VALUE is its address.
             0 => crate::sys::prefetch(block.as_raw() as *const u8),
-            _ => nogvl::prefetch_proc_data(self.ruby, block),
+            _ => capi::prefetch_proc_data(self.ruby, block),
         }
     }
 
@@ -234,10 +234,10 @@ impl Driver<Callback> for RubyDriver<'_> {
 
     fn block(
         &mut self,
-        wake: &Wake,
+        waker: &LoopWaker,
         wait: &mut dyn FnMut() -> io::Result<()>,
     ) -> Result<io::Result<()>, Error> {
-        match nogvl::without_gvl(wait, &|| wake.force_from_signal()) {
+        match nogvl::without_gvl(wait, &|| waker.force_from_signal()) {
             nogvl::Blocked::Done(result) => Ok(result),
             // An interrupt was already pending: `after_block` handles it.
             nogvl::Blocked::Interrupted => Ok(Ok(())),
@@ -268,13 +268,6 @@ impl RubyDriver<'_> {
 /// A fiber's identity as a waiter: its address.
 pub fn owner_of(fiber: Fiber) -> u64 {
     fiber.as_raw()
-}
-
-/// Whether `error` is a FiberError (a switch Ruby refused).
-pub fn is_fiber_error(ruby: &Ruby, error: &Error) -> bool {
-    ruby.class_object()
-        .const_get::<_, magnus::RClass>("FiberError")
-        .is_ok_and(|class| error.is_kind_of(class))
 }
 
 /// Switches to a parked fiber with `value`; returns when control comes back.
