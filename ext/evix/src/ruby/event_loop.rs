@@ -530,7 +530,7 @@ impl RbLoop {
             return Ok(None);
         }
         let core = &this.core;
-        match errors::guard(ruby, || Ok(core.unpark(key_of(token))))? {
+        match errors::guard(ruby, || Ok(core.unpark(WaitKey::from_bits(token))))? {
             Some(resume) => {
                 core.next_tick(resume.with_value(value));
                 Ok(Some(true))
