@@ -41,6 +41,8 @@ module Evix
     module NoFastFallback
       # TCPSocket.new: +fast_fallback: false+ under an Evix::Scheduler of this
       # process, unless the caller passed +fast_fallback:+ itself.
+      # @param args [Array] TCPSocket.new's arguments
+      # @param options [Hash] its keywords
       def initialize(*args, **options)
         options[:fast_fallback] = false if !options.key?(:fast_fallback) && NoFastFallback.evix_scheduler?
         super
