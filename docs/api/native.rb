@@ -119,7 +119,8 @@ module Evix
     def resume(token, value = nil); end
 
     # Raises +exception+ in +fiber+ at its current wait on this loop, or at its
-    # next one if it is running (Evix::Task#cancel uses it).
+    # next one if it is running (Evix::Task#cancel uses it); in the calling
+    # fiber, at once.
     # @param fiber [Fiber]
     # @param exception [Exception]
     # @return [nil]
