@@ -24,9 +24,9 @@ module Evix
   # An event loop with a Rust core: immediates, timers, IO watchers, deferred
   # callbacks and cross-thread wakeups, run as libuv's uv_run does, in named
   # phases (docs/architecture.md). Fibers park on it through #wait_io and
-  # #suspend; lib/evix/loop.rb adds #spawn, #wrap, #sleep and signals.
+  # #suspend; the Ruby layer adds #spawn, #wrap, #sleep, signals and more.
   #
-  # A loop belongs to the thread that first uses it: #post, #wakeup and
+  # A loop belongs to the thread that made it: #post, #wakeup and
   # #closed? may be called from any thread (and a trap handler), every other
   # method raises Evix::Error there, and in a child after fork. Durations are
   # seconds (Integer, Float or Rational). Bad arguments raise at the call
@@ -219,8 +219,9 @@ module Evix
     def ensure_usable!; end
   end
 
-  # The handle Loop#add_timer returns (there is no Timer.new). #cancel and
-  # #active? are quiet on a closed loop; the others raise Evix::ClosedError.
+  # The handle Loop#add_timer returns (there is no Timer.new). On a closed
+  # loop #cancel, #active? and #ref? still answer; #again, #ref and #unref
+  # raise Evix::ClosedError.
   class Timer
     # Stops the timer; idempotent. #again re-arms it.
     # @return [nil]
@@ -248,8 +249,9 @@ module Evix
     def ref?; end
   end
 
-  # The handle Loop#add_io returns (there is no Watcher.new). #cancel and
-  # #active? are quiet on a closed loop; the others raise Evix::ClosedError.
+  # The handle Loop#add_io returns (there is no Watcher.new). On a closed
+  # loop #cancel, #active?, #ref? and #events still answer; #ref and #unref
+  # raise Evix::ClosedError.
   class Watcher
     # Removes the watcher; idempotent, and no syscall.
     # @return [nil]
