@@ -31,9 +31,10 @@ module EvixGemCheck
                 Cargo.toml Cargo.lock LICENSE README.md].freeze
 
   # An installed gem's directory holds what was packaged, RubyGems' copy of the
-  # library in lib/ (RubyGems before 4.0 puts one there), and the Makefile: RubyGems
-  # runs make in the gem's ext/evix and may run `make clean` there after `make
-  # install`, which needs it.
+  # library in lib/ (RubyGems before 4.0 puts one there), and the Makefile, as for
+  # every gem built with extconf.rb: RubyGems runs make in the gem's ext/evix, and
+  # from 3.4 on runs `make clean` there after `make install`, failing the install
+  # when the Makefile is gone ("Makefile not found"). Nothing else of the build stays.
   INSTALLED_EXTRAS = ["lib/evix/evix.#{DLEXT}", "ext/evix/Makefile"].freeze
 
   # RubyGems' extension directory: the library and RubyGems' own build notes.

@@ -14,7 +14,8 @@
 # toolchain, honour the variables below and leave nothing behind but the Makefile.
 # RubyGems runs `make clean`, `make`, `make install DESTDIR=` here, after pointing
 # sitearchdir/sitelibdir at its own staging directory through RbConfig; values given
-# on the make command line win.
+# on the make command line win. RubyGems 3.4 and later run `make clean` once more
+# after the install, and fail it if the Makefile is gone: so the Makefile stays.
 #
 # Environment (read by make, so `make VAR=...` works too, except CARGO):
 #   CARGO             cargo to run (else `cargo` on PATH, else $CARGO_HOME/bin/cargo,

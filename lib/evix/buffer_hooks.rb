@@ -12,6 +12,11 @@ module Evix
     module BufferHooks
       if RUBY_VERSION >= "3.3"
         # Fiber::Scheduler hook (IO#pread, Ruby >= 3.3): reads at file offset +from+.
+        # @param io [::IO]
+        # @param buffer [IO::Buffer]
+        # @param from [Integer] the file offset
+        # @param length [Integer] at least this many bytes (0: one read)
+        # @param offset [Integer] where in +buffer+
         # @return [Integer] bytes read, or -errno
         def io_pread(io, buffer, from, length, offset)
           total = 0
@@ -49,6 +54,10 @@ module Evix
       # ungetc), which a read(2) would skip over: reads at least +length+
       # bytes (0: whatever is available) into +buffer+ at +offset+, waiting
       # until there are some; for IO#read_nonblock -EAGAIN instead of a wait.
+      # @param io [::IO]
+      # @param buffer [IO::Buffer]
+      # @param length [Integer]
+      # @param offset [Integer]
       # @return [Integer] bytes read, or -errno
       def io_read_other(io, buffer, length, offset = 0)
         total = 0

@@ -39,6 +39,10 @@ module Evix
 
     # Prepended to ::TCPSocket where Ruby has Socket.tcp_fast_fallback.
     module NoFastFallback
+      # TCPSocket.new: +fast_fallback: false+ under an Evix::Scheduler of this
+      # process, unless the caller passed +fast_fallback:+ itself.
+      # @param args [Array] TCPSocket.new's arguments
+      # @param options [Hash] its keywords
       def initialize(*args, **options)
         options[:fast_fallback] = false if !options.key?(:fast_fallback) && NoFastFallback.evix_scheduler?
         super
@@ -55,7 +59,8 @@ module Evix
 
     @installed = false
 
-    # Prepends the patches to ::IO once. @return [nil]
+    # Prepends the patches to ::IO (and ::TCPSocket) once.
+    # @return [nil]
     def self.install
       return if @installed
 

@@ -50,7 +50,7 @@ module Evix
     # @streak: full reads since the last wait, set to FAIR_READS by a short
     # read.
     #
-    # @io and @streak are read once into locals: on Debian's Ruby 3.1 each
+    # The ivars @io and @streak are read once into locals: on Debian's Ruby 3.1 each
     # instance variable read is a call of ~45 instructions. The lone reader's
     # wait is written out here instead of calling #wait: two method calls
     # fewer per round trip.

@@ -64,6 +64,7 @@ module Evix
 
     # Cancels every task (their ensure blocks run) and starts the bound on
     # how long #drive waits for them.
+    # @param reason [String, nil] the message of their Evix::CancelledError
     # @return [nil]
     def cancel_all(reason = nil)
       @deadline ||= clock + @cancel_timeout

@@ -112,10 +112,13 @@ module Evix
     # ext/evix/src/ruby/scheduler.rs: a hook written in Ruby would leave a VM
     # re-entry on the machine stack of every fiber parked in it. So are
     # #loop (the Evix::Loop the scheduler runs on) and the waiting state
-    # #unblock uses, kept in the native object.
+    # #unblock uses, kept in the native object. Their YARD comments are in
+    # docs/api/native.rb.
 
     # #unblock (C, any thread) from a thread other than the loop's: the
     # fiber is woken on the loop's thread.
+    # @param fiber [Fiber]
+    # @return [nil]
     def post_wake(fiber)
       loop.post { wake(fiber, true) }
       nil
@@ -125,12 +128,15 @@ module Evix
     private :post_wake
 
     # Fiber::Scheduler hook (Process.wait and friends), on the offload pool.
+    # @param pid [Integer] as Process.wait takes it (-1: any child)
+    # @param flags [Integer] Process::WNOHANG, Process::WUNTRACED
     # @return [Process::Status]
     def process_wait(pid, flags)
       loop.offload { Process::Status.wait(pid, flags) }
     end
 
     # Fiber::Scheduler hook (name resolution), on the offload pool.
+    # @param hostname [String] a name or address ("[::1]" and a "%zone" are allowed)
     # @return [Array<String>] addresses
     def address_resolve(hostname)
       host = hostname.delete_prefix("[").delete_suffix("]").sub(/%.*\z/, "")
@@ -139,6 +145,11 @@ module Evix
 
     # Fiber::Scheduler hook (Timeout.timeout): raises +exception+ in the fiber
     # if the block is still running after +duration+.
+    # @param duration [Numeric] seconds
+    # @param exception [Class] what to raise
+    # @param arguments [Array] its arguments (the message)
+    # @yieldparam duration [Numeric]
+    # @return [Object] the block's value
     def timeout_after(duration, exception = Timeout::Error, *arguments)
       fiber = Fiber.current
       timer = loop.add_timer(duration) { fiber.raise(exception, *arguments) if fiber.alive? }
@@ -153,6 +164,10 @@ module Evix
       # io_select(readables)), so all but the first are optional. A select
       # on one IO waits in the loop like #io_wait (so closing the IO ends it
       # with IOError); one on several IOs runs on the offload pool.
+      # @param readables [Array<::IO>, nil]
+      # @param writables [Array<::IO>, nil]
+      # @param exceptables [Array<::IO>, nil]
+      # @param timeout [Numeric, nil] seconds; nil: no limit
       # @return [Array, nil] like IO.select
       def io_select(readables, writables = nil, exceptables = nil, timeout = nil)
         ready = select_now(readables, writables, exceptables)

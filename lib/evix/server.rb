@@ -24,7 +24,10 @@ module Evix
     # +value+ if it is a finite, non-negative number of seconds (the rule and
     # wording of the loop's own timeouts).
     # @api private
+    # @param value [Object] what the caller passed
+    # @param name [String] the argument's name, for the error message
     # @return [Numeric]
+    # @raise [TypeError, ArgumentError] not such a number
     def self.seconds(value, name)
       raise TypeError, "#{name} must be a Numeric number of seconds (got #{value.inspect})" unless value.is_a?(Numeric)
       unless value.real? && value.finite? && !value.negative?
@@ -41,6 +44,8 @@ module Evix
     #   this many seconds (finite, not negative)
     # @param write_high_water [Integer] each connection's
     #   Evix::IO#write_high_water
+    # @yieldparam client [Evix::IO] each connection, in its own task; closed
+    #   when the block returns
     # @raise [ArgumentError] without a block, or for a negative or non-finite
     #   idle_timeout, or a write_high_water that is not a positive Integer
     def initialize(loop, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, &handler)
@@ -183,7 +188,9 @@ module Evix
 
     # Closes the connections left at the deadline and cancels their
     # handlers, then gives the loop one turn so that those end (their ensure
-    # blocks run) before #shutdown returns. @return [Integer] how many
+    # blocks run) before #shutdown returns.
+    # @param left [Hash{Evix::IO => Evix::Task}] the connections still open
+    # @return [Integer] how many
     def force(left)
       left.each do |client, task|
         client.close

@@ -64,6 +64,7 @@ module Evix
     end
 
     # Signal name (Symbol/String, with or without "SIG") or number to a number.
+    # @param signal [Symbol, String, Integer] :TERM, "SIGTERM", 15...
     # @return [Integer]
     def self.number(signal)
       case signal

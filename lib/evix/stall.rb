@@ -39,19 +39,21 @@ module Evix
     end
   end
 
-  # What a parked task waits on. +kind+ is :io (+fd+ ready for +events+:
-  # :read, :write or :read_write), :timer (a timeout and nothing else: a
-  # sleep, or a wait for another fiber that has a timeout) or :suspend (for
-  # another fiber to resume it: a Queue, Task#wait, a Condition...).
-  # +timeout+ is the seconds left before the wait times out, or nil.
-  TaskInfo::Wait = Struct.new(:kind, :fd, :events, :timeout, keyword_init: true) do
-    # @return [String] e.g. "fd 9 (read)", "a timer (4.95s left)"
-    def to_s
-      left = timeout && "#{format("%.2f", timeout)}s left"
-      case kind
-      when :io then "fd #{fd} (#{[events, left].compact.join(", ")})"
-      when :timer then "a timer (#{left})"
-      else ["another fiber to resume it", left && "(#{left})"].compact.join(" ")
+  class TaskInfo
+    # What a parked task waits on. +kind+ is :io (+fd+ ready for +events+:
+    # :read, :write or :read_write), :timer (a timeout and nothing else: a
+    # sleep, or a wait for another fiber that has a timeout) or :suspend (for
+    # another fiber to resume it: a Queue, Task#wait, a Condition...).
+    # +timeout+ is the seconds left before the wait times out, or nil.
+    Wait = Struct.new(:kind, :fd, :events, :timeout, keyword_init: true) do
+      # @return [String] e.g. "fd 9 (read)", "a timer (4.95s left)"
+      def to_s
+        left = timeout && "#{format("%.2f", timeout)}s left"
+        case kind
+        when :io then "fd #{fd} (#{[events, left].compact.join(", ")})"
+        when :timer then "a timer (#{left})"
+        else ["another fiber to resume it", left && "(#{left})"].compact.join(" ")
+        end
       end
     end
   end

@@ -80,6 +80,9 @@ module Evix
       raise TimeoutError, "connect to #{host}:#{port} timed out after #{timeout}s"
     end
 
+    # @param loop [Evix::Loop] whose offload pool resolves a name
+    # @param host [String]
+    # @param port [Integer]
     # @return [Array<Addrinfo>] the TCP addresses for host:port (resolved on
     #   the offload pool unless +host+ is numeric)
     def resolve(loop, host, port)

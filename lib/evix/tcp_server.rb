@@ -35,6 +35,9 @@ module Evix
     #   after its handshake, which fails to #on_error like any handler
     # @param handshake_timeout [Numeric, nil] seconds a TLS handshake may take
     #   (default Evix::TLS::HANDSHAKE_TIMEOUT)
+    # @param write_high_water [Integer] each connection's Evix::IO#write_high_water
+    # @yieldparam client [Evix::IO] each connection, in its own task; closed
+    #   when the block returns
     # @raise [TypeError] for a host that is not a String or nil, a port that
     #   is not an Integer, an ssl_context that is not an SSLContext
     # @raise [ArgumentError] for an empty host, a port out of range, a
@@ -63,6 +66,7 @@ module Evix
     end
 
     # @api private
+    # @param host [Object] TCPServer.new's +host+
     # @return [String, nil] +host+, checked
     def self.check_host(host)
       raise TypeError, "host must be a String or nil (got #{host.inspect})" unless host.nil? || host.is_a?(String)
@@ -72,6 +76,7 @@ module Evix
     end
 
     # @api private
+    # @param port [Object] TCPServer.new's +port+
     # @return [Integer] +port+, checked
     def self.check_port(port)
       raise ArgumentError, "a port is needed (or a listening socket in place of the host)" if port.nil?
@@ -82,6 +87,8 @@ module Evix
     end
 
     # @api private
+    # @param listener [BasicSocket] TCPServer.new's +host+
+    # @param port [Object] TCPServer.new's +port+
     # @return [BasicSocket] +listener+, if it listens and no port came with it
     def self.check_listening(listener, port)
       raise ArgumentError, "pass no port with a listening socket (got #{port.inspect})" unless port.nil?
@@ -94,6 +101,10 @@ module Evix
     # A listening socket on +host+ (nil: every address, see the class
     # comment) and +port+, both already checked.
     # @api private
+    # @param host [String, nil]
+    # @param port [Integer]
+    # @param backlog [Integer] listen(2) backlog
+    # @param reuse_port [Boolean] set SO_REUSEPORT
     # @return [Socket]
     def self.open_listener(host, port, backlog:, reuse_port: false)
       return bind(Addrinfo.tcp(host, port), backlog, reuse_port) if host

@@ -24,6 +24,7 @@ module Evix
 
     # The handshake timeout given, checked, or the default one.
     # @api private
+    # @param seconds [Numeric, nil] nil: HANDSHAKE_TIMEOUT
     # @return [Numeric]
     def self.handshake_timeout(seconds)
       seconds.nil? ? HANDSHAKE_TIMEOUT : Server.seconds(seconds, "handshake_timeout")
@@ -74,12 +75,15 @@ module Evix
 
       # Not over TLS: OpenSSL must see a record written again with the same
       # bytes, which a queue written behind the caller's back cannot promise.
+      # @param _data [String]
       # @raise [Evix::Error] always
       def try_write(_data)
         raise Error, "Evix::IO#try_write is not available over TLS: use #write"
       end
 
       # Writes all of +data+ as TLS records (see Evix::IO#write).
+      # @param data [#to_s]
+      # @param timeout [Numeric, nil] seconds; default: the IO's timeout
       # @return [Integer] bytes of +data+ written
       # @raise [Evix::Error] when called from a thread other than the loop's
       def write(data, timeout: @timeout)
@@ -94,7 +98,9 @@ module Evix
       end
 
       # Waits until a read can return something: at once when OpenSSL holds
-      # plaintext already. @return [true]
+      # plaintext already.
+      # @param timeout [Numeric, nil] seconds; default: the IO's timeout
+      # @return [true]
       def wait_readable(timeout: @timeout)
         check_timeout(timeout, @timeout)
         return true if !@io.closed? && @ssl_socket.pending.positive?

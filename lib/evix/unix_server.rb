@@ -25,6 +25,9 @@ module Evix
     # @param backlog [Integer] listen(2) backlog
     # @param idle_timeout [Numeric, nil] close connections with no input for
     #   this many seconds (finite, not negative)
+    # @param write_high_water [Integer] each connection's Evix::IO#write_high_water
+    # @yieldparam client [Evix::IO] each connection, in its own task; closed
+    #   when the block returns
     # @raise [TypeError] for a path that is not a String or #to_path
     # @raise [ArgumentError] for an empty path, one with a NUL byte or too
     #   long for sun_path, a negative or non-finite idle_timeout, or no block
@@ -48,6 +51,7 @@ module Evix
     end
 
     # @api private
+    # @param path [Object] UNIXServer.new's +path+
     # @return [String] +path+ as a String, checked against sun_path
     def self.check_path(path)
       path = path.to_path if !path.is_a?(String) && path.respond_to?(:to_path)
