@@ -112,7 +112,7 @@ RSpec.describe Evix::TCPServer do
         slow.write("slow\n")
         took = elapsed { expect(round_trip(ev, fast, "fast\n")).to eq("fast\n") }
         expect(took).to be < 0.25
-        expect(receive(ev, slow, 5)).to eq("slow\n")
+        expect(receive_bytes(ev, slow, 5)).to eq("slow\n")
       end
     end
 
@@ -519,7 +519,7 @@ RSpec.describe Evix::TCPServer do
         expect(log.first).to eq([:line, "l1", false])
         expect(log.select { |entry| entry.last == true }).to eq([]), log.inspect
         expect(log.last).to eq([:raised, Evix::ClosedError])
-        expect(receive(ev, client, 100)).to eq("ack l1\n") # then end of file
+        expect(receive_bytes(ev, client, 100)).to eq("ack l1\n") # then end of file
         log.clear
         other = tcp_client(server.port) # the server goes on
         expect(round_trip(ev, other, "hi\n")).to eq("ack hi\n")

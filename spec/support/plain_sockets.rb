@@ -32,7 +32,7 @@ module EvixPlainSockets
   end
 
   # Runs +evloop+ until +size+ bytes came on +socket+ (or end of file).
-  def receive(evloop, socket, size)
+  def receive_bytes(evloop, socket, size)
     got = String.new(encoding: Encoding::BINARY)
     run_until(evloop) { drain(socket, got) == :eof || got.bytesize >= size }
     got
@@ -41,7 +41,7 @@ module EvixPlainSockets
   # Writes +message+ on +socket+ and runs +evloop+ until it came back.
   def round_trip(evloop, socket, message)
     socket.write(message)
-    receive(evloop, socket, message.bytesize)
+    receive_bytes(evloop, socket, message.bytesize)
   end
 
   # Writes into +socket+ until the kernel buffers between it and its peer are
