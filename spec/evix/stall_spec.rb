@@ -2,7 +2,6 @@
 
 require "spec_helper"
 require "socket"
-require_relative "../examples/support/example_process"
 
 RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
   def clock
