@@ -337,4 +337,101 @@ RSpec.describe Evix::Scheduler, "sleeping and blocking" do
       expect(took).to be_between(0.09, 0.5) # the scheduler's idle poll is 1 s
     end
   end
+
+  # Ruby's own primitives under Evix.run: these pass today (the scheduler's block and
+  # unblock hooks); they guard the rewrite of the waiting model.
+  describe "Ruby's Queue, Mutex and ConditionVariable under Evix.run" do
+    it "Queue carries items between fibers and from another thread, while other fibers keep running",
+       timing: true do
+      Evix.backends.each do |backend|
+        result = evix_run_in_child(backend) do
+          queue = Thread::Queue.new
+          got = []
+          ticks = 0
+          consumer = Fiber.schedule { 4.times { got << queue.pop } }
+          Fiber.schedule do
+            2.times do |i|
+              sleep 0.01
+              queue << [:fiber, i]
+            end
+          end
+          Thread.new do
+            sleep 0.05
+            2.times { |i| queue << [:thread, i] }
+          end
+          while consumer.alive?
+            sleep 0.005
+            ticks += 1
+          end
+          [got, ticks >= 3]
+        end
+        expect(result).to eq([[[:fiber, 0], [:fiber, 1], [:thread, 0], [:thread, 1]], true]),
+                          "#{backend}: #{result.inspect}"
+      end
+    end
+
+    it "Mutex serialises fibers that sleep while holding it, and a thread waiting for it" do
+      Evix.backends.each do |backend|
+        result = evix_run_in_child(backend) do
+          mutex = Thread::Mutex.new
+          log = []
+          fibers = Array.new(3) do |i|
+            Fiber.schedule do
+              mutex.synchronize do
+                log << [:in, i]
+                sleep 0.01
+                log << [:out, i]
+              end
+            end
+          end
+          thread = Thread.new do
+            sleep 0.005
+            mutex.synchronize { log << %i[thread in] }
+          end
+          sleep 0.005 while fibers.any?(&:alive?)
+          thread.join
+          # every fiber's [:in, i] is followed at once by its [:out, i]: nobody got in between
+          held = log.each_index.select { |k| log[k][0] == :in }.all? { |k| log[k + 1] == [:out, log[k][1]] }
+          [held, log.size]
+        end
+        expect(result).to eq([true, 7]), "#{backend}: #{result.inspect}"
+      end
+    end
+
+    it "ConditionVariable wakes a fiber signalled by another fiber and by another thread" do
+      Evix.backends.each do |backend|
+        result = evix_run_in_child(backend) do
+          mutex = Thread::Mutex.new
+          cv = Thread::ConditionVariable.new
+          ready = []
+          got = []
+          waiter = Fiber.schedule do
+            mutex.synchronize do
+              cv.wait(mutex) while ready.empty?
+              got << ready.shift
+              cv.wait(mutex) while ready.empty?
+              got << ready.shift
+            end
+          end
+          Fiber.schedule do
+            sleep 0.01
+            mutex.synchronize do
+              ready << :from_fiber
+              cv.signal
+            end
+          end
+          Thread.new do
+            sleep 0.05
+            mutex.synchronize do
+              ready << :from_thread
+              cv.signal
+            end
+          end
+          sleep 0.005 while waiter.alive?
+          got
+        end
+        expect(result).to eq(%i[from_fiber from_thread]), "#{backend}: #{result.inspect}"
+      end
+    end
+  end
 end

@@ -39,15 +39,4 @@ module EvixSchedulerHelpers
   ensure
     Fiber.set_scheduler(nil)
   end
-
-  # Schedules a fiber that counts 10 ms ticks until state[:done] is set.
-  def start_ticker(state)
-    state[:ticks] = 0
-    Fiber.schedule do
-      until state[:done]
-        state[:ticks] += 1
-        sleep 0.01
-      end
-    end
-  end
 end
