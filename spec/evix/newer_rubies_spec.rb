@@ -141,7 +141,7 @@ RSpec.describe "Evix::Scheduler on Ruby 3.3 and 3.4" do
 
   # Ruby 3.4's TCPSocket.new resolves in its own threads (Happy Eyeballs v2)
   # and never calls address_resolve: inside Evix.run it is made to connect
-  # without it (spec/evix/scheduler_spec.rb checks the loop keeps running
+  # without it (spec/evix/scheduler_process_resolve_spec.rb checks the loop keeps running
   # while a name resolves); a caller's own fast_fallback: is kept.
   if Socket.respond_to?(:tcp_fast_fallback)
     it "keeps a fast_fallback: the caller passes to TCPSocket.new" do

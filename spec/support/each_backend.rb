@@ -13,14 +13,11 @@
 # run with EVIX_BACKEND set to it, so that every loop made without an
 # explicit backend (new_loop, Evix::Loop.new, Evix.run, Evix::Scheduler.new,
 # and the children of in_child and run_ruby) uses it.
-# (Named blocks: each is forwarded from inside another block, where an
-# anonymous one is a SyntaxError on some Rubies, 3.3.0 among them.)
-# rubocop:disable Naming/BlockForwarding
 module EachBackend
   # Like RSpec.describe, the group's body defined once per backend. (The
   # group is the caller's file's, so failures name that file for rerunning.)
-  def self.describe(*args, &body)
-    RSpec.describe(*args, caller: caller) { on_each_backend(&body) }
+  def self.describe(*args, &)
+    RSpec.describe(*args, caller: caller) { on_each_backend(&) }
   end
 
   # EVIX_BACKEND set to +backend+ while the block runs.
@@ -33,16 +30,15 @@ module EachBackend
   end
 
   # Defines the block's examples and groups once per backend (see above).
-  def on_each_backend(&body)
+  def on_each_backend(&)
     Evix.backends.each do |backend|
       context "on #{backend}" do
         let(:backend) { backend }
         around { |example| EachBackend.with_backend(backend) { example.run } }
-        class_exec(&body)
+        class_exec(&)
       end
     end
   end
 end
-# rubocop:enable Naming/BlockForwarding
 
 RSpec.configure { |config| config.extend EachBackend }
