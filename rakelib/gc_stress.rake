@@ -20,7 +20,9 @@ require "rbconfig"
 module EvixGCStressTask
   FILES = %w[
     spec/evix/loop_spec.rb spec/evix/timer_spec.rb spec/evix/watcher_spec.rb spec/evix/wait_io_spec.rb
-    spec/evix/io_spec.rb spec/evix/task_spec.rb spec/evix/scheduler_spec.rb spec/evix/run_spec.rb
+    spec/evix/io_spec.rb spec/evix/task_spec.rb spec/evix/run_spec.rb
+    spec/evix/scheduler_io_spec.rb spec/evix/scheduler_sleep_block_spec.rb
+    spec/evix/scheduler_process_resolve_spec.rb spec/evix/scheduler_lifecycle_spec.rb
     spec/evix/offload_spec.rb spec/evix/signals_spec.rb spec/evix/threads_spec.rb spec/evix/gc_spec.rb
     spec/reliability
   ].freeze

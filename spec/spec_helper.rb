@@ -39,6 +39,13 @@ module EvixSpecHelpers
     track_io(*UNIXSocket.pair)
   end
 
+  # An Evix::TCPServer or Evix::UNIXServer that the `after` hook shuts down
+  # (before the loops close).
+  def track_server(server)
+    (@evix_servers ||= []) << server
+    server
+  end
+
   # A thread that the `after` hook kills if it is still running.
   def helper_thread(&)
     thread = Thread.new(&)
@@ -93,6 +100,36 @@ module EvixSpecHelpers
     result
   end
 
+  # Runs +evloop+ until the block returns truthy; fails after +timeout+.
+  def run_until(evloop, timeout: 5, slice: 0.01)
+    deadline = now + timeout
+    until (result = yield)
+      raise RSpec::Expectations::ExpectationNotMetError, "condition not met within #{timeout}s" if now > deadline
+
+      evloop.run_once(slice)
+    end
+    result
+  end
+
+  # Runs +evloop+ for about +seconds+.
+  def run_for(evloop, seconds)
+    deadline = now + seconds
+    evloop.run_once([deadline - now, 0].max) while now < deadline
+  end
+
+  # Moves as many objects as the running Ruby can.
+  def compact_heap
+    if GC.respond_to?(:verify_compaction_references)
+      # Ruby 3.3 renamed double_heap to expand_heap.
+      grow = RUBY_VERSION >= "3.3" ? :expand_heap : :double_heap
+      GC.verify_compaction_references(grow => true, toward: :empty)
+    elsif GC.respond_to?(:compact)
+      GC.compact
+    else
+      GC.start
+    end
+  end
+
   # Waits for a forked child without hanging the suite; kills it after `timeout`.
   def wait_child(pid, timeout: 5)
     deadline = now + timeout
@@ -112,7 +149,16 @@ module EvixSpecHelpers
     (exception.backtrace || []).any? { |entry| entry.include?("#{File.basename(file)}:#{line}:") }
   end
 
+  def shutdown_servers
+    (@evix_servers || []).each do |server|
+      server.shutdown(timeout: 0) # stops accepting and closes what is left
+    rescue StandardError
+      nil
+    end
+  end
+
   def cleanup_evix_resources
+    shutdown_servers
     errors = []
     (@evix_threads || []).each do |thread|
       thread.kill

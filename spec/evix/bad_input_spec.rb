@@ -49,11 +49,6 @@ RSpec.describe "Bad input and the remaining hangs" do
     end
   end
 
-  def fill(io)
-    chunk = "x" * 65_536
-    nil until io.write_nonblock(chunk, exception: false) == :wait_writable
-  end
-
   Evix.backends.each do |backend|
     describe "backend #{backend}" do
       # today: the process aborts ("memory allocation of 171798691840 bytes failed")
@@ -199,7 +194,7 @@ RSpec.describe "Bad input and the remaining hangs" do
           ENV["EVIX_BACKEND"] = backend.to_s
           server = ::TCPServer.new("127.0.0.1", 0)
           sockets = Array.new(2) { [TCPSocket.new("127.0.0.1", server.addr[1]), server.accept] }
-          fill(sockets[1][0])
+          fill_up(sockets[1][0])
           Evix.run do
             results = {}
             reader = Fiber.schedule { results[:read] = capture { sockets[0][0].read(5) } }

@@ -10,17 +10,6 @@ RSpec.describe "Evix::Loop and the GC" do
     GC.stress = false
   end
 
-  # Moves as many objects as the running Ruby can.
-  def compact_heap
-    if GC.respond_to?(:verify_compaction_references)
-      # Ruby 3.3 renamed double_heap to expand_heap.
-      grow = RUBY_VERSION >= "3.3" ? :expand_heap : :double_heap
-      GC.verify_compaction_references(grow => true, toward: :empty)
-    else
-      GC.compact
-    end
-  end
-
   # Registers callbacks whose closures are referenced only by the loop; the
   # strings and arrays they capture are built here and dropped on return.
   def register_everything(evloop, log, reader)

@@ -4,15 +4,8 @@ require "spec_helper"
 
 # Evix::IO's buffered input: gets and its options against stdlib IO#gets,
 # readpartial, eof?, and every reader sharing one buffer.
-RSpec.describe Evix::IO, "buffered input" do
-  let(:ev) { new_loop }
-  let(:pair) { socket_pair }
-  let(:io) { ev.wrap(pair[0]) }
-  let(:peer) { pair[1] }
-
-  def in_task(&)
-    ev.spawn(&).wait
-  end
+EachBackend.describe Evix::IO, "buffered input" do
+  include_context "an Evix::IO on a socket pair"
 
   # What stdlib IO#gets returns, call after call until nil, for +data+.
   def stdlib_lines(data, args, kwargs)

@@ -5,27 +5,8 @@ require "tmpdir"
 
 # Evix::IO's output side: puts/print/<<, try_write and its queue bounded by
 # the write high-water mark, flush, and the addresses of a connection.
-RSpec.describe Evix::IO, "output" do
-  let(:ev) { new_loop }
-  let(:pair) { socket_pair }
-  let(:io) { ev.wrap(pair[0]) }
-  let(:peer) { pair[1] }
-
-  def in_task(&)
-    ev.spawn(&).wait
-  end
-
-  # Fills the kernel buffers between +socket+ and its peer until a write
-  # would block. @return [Integer] bytes written
-  def fill_up(socket)
-    total = 0
-    loop do
-      written = socket.write_nonblock("x" * 65_536, exception: false)
-      return total if written == :wait_writable
-
-      total += written
-    end
-  end
+EachBackend.describe Evix::IO, "output" do
+  include_context "an Evix::IO on a socket pair"
 
   # Everything +socket+ can read now, without waiting.
   def read_available(socket)

@@ -3,28 +3,8 @@
 require "spec_helper"
 require "digest"
 
-RSpec.describe Evix::IO do
-  let(:ev) { new_loop }
-  let(:pair) { socket_pair }
-  let(:io) { ev.wrap(pair[0]) }
-  let(:peer) { pair[1] }
-
-  # Runs the block in a task and returns its value (or raises its exception).
-  def in_task(&)
-    ev.spawn(&).wait
-  end
-
-  # Fills the kernel buffer of +socket+ until a write would block.
-  def fill_up(socket)
-    chunk = "x" * 65_536
-    total = 0
-    loop do
-      written = socket.write_nonblock(chunk, exception: false)
-      return total if written == :wait_writable
-
-      total += written
-    end
-  end
+EachBackend.describe Evix::IO do
+  include_context "an Evix::IO on a socket pair"
 
   describe "construction" do
     it "wraps an IO through Evix::Loop#wrap and exposes it" do

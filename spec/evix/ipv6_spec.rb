@@ -7,15 +7,8 @@ require "tmpdir"
 
 # IPv6 and dual-stack, on loopback only (127.0.0.1 and ::1).
 RSpec.describe "IPv6 and dual-stack" do
-  let!(:ev) { new_loop } # created first: its own descriptors are not counted as leaks
-
-  after do
-    (@servers || []).each do |server|
-      server.shutdown(timeout: 0)
-    rescue StandardError
-      nil
-    end
-  end
+  include_context "with a loop"
+  before { ev } # created first: its own descriptors are not counted as leaks
 
   # An echo server (shut down by the after hook).
   def echo_server(host, port = 0)
@@ -24,12 +17,7 @@ RSpec.describe "IPv6 and dual-stack" do
         client.write(data)
       end
     end
-    (@servers ||= []) << server
-    server
-  end
-
-  def in_task(&)
-    ev.spawn(&).wait
+    track_server(server)
   end
 
   # Connects a plain blocking socket to host:port, writes +message+ and

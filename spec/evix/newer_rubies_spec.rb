@@ -102,25 +102,16 @@ RSpec.describe "Evix::Scheduler on Ruby 3.3 and 3.4" do
     it "lets a child forked inside Evix.run open, stat, list and close files and pipes" do
       result = evix_run_in_child do
         dir = Dir.mktmpdir
-        reader, writer = IO.pipe
-        pid = fork do
-          reader.close
+        in_child do
           r, w = IO.pipe
           w.close
-          outcome = capture do
+          capture do
             path = File.join(dir, "a")
             File.write(path, "hi")
             opened = File.open(path, &:read) # rubocop:disable Style/FileRead -- File.open is under test
             [File.exist?(path), opened, Dir.children(dir), r.close]
           end
-          writer.write(Marshal.dump(outcome))
-          writer.close
-          exit!(0)
         end
-        writer.close
-        data = reader.read
-        Process.wait(pid)
-        Marshal.load(data) # rubocop:disable Security/MarshalLoad -- our own child's data
       ensure
         FileUtils.rm_rf(dir) if dir
       end
@@ -150,7 +141,7 @@ RSpec.describe "Evix::Scheduler on Ruby 3.3 and 3.4" do
 
   # Ruby 3.4's TCPSocket.new resolves in its own threads (Happy Eyeballs v2)
   # and never calls address_resolve: inside Evix.run it is made to connect
-  # without it (spec/evix/scheduler_spec.rb checks the loop keeps running
+  # without it (spec/evix/scheduler_process_resolve_spec.rb checks the loop keeps running
   # while a name resolves); a caller's own fast_fallback: is kept.
   if Socket.respond_to?(:tcp_fast_fallback)
     it "keeps a fast_fallback: the caller passes to TCPSocket.new" do

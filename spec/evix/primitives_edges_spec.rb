@@ -2,8 +2,8 @@
 
 require "spec_helper"
 
-# Edges of Evix::Barrier, Semaphore, Queue and Condition beyond issue 13's list
-# (primitives_spec.rb): calls outside a task, bad limits, wakeups from loop callbacks,
+# Edges of Evix::Barrier, Semaphore, Queue and Condition beyond their own spec
+# files: calls outside a task, bad limits, wakeups from loop callbacks,
 # failures nobody waits for yet, and Evix.run waiting for barrier children.
 RSpec.describe "Evix structured concurrency primitives, edges" do
   let(:ev) { new_loop }

@@ -2,7 +2,6 @@
 
 require "spec_helper"
 require "socket"
-require_relative "../examples/support/example_process"
 
 RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
   def clock
@@ -195,9 +194,7 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
         watch = ev.on_stall(100) { |report| reports << report }
         child = nil
         ev.next_tick do
-          reader, writer = IO.pipe
-          pid = fork do
-            reader.close
+          child = in_child do
             inherited = [watch.active?, watchdogs]
             refused = begin
               ev.on_stall(100) { |_report| nil }
@@ -210,14 +207,8 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
             fresh.next_tick { spin_busily(0.3) }
             fresh.run
             fresh.close
-            writer.write(Marshal.dump([inherited, refused, own.size]))
-            writer.close
-            exit!(0)
+            [inherited, refused, own.size]
           end
-          writer.close
-          child = Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad -- our own child's data
-          reader.close
-          Process.wait(pid)
         end
         ev.add_timer(0.1) { spin_busily(0.3) }
         ev.run

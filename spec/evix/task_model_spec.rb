@@ -13,10 +13,6 @@ RSpec.describe "Evix::Task, one world of tasks" do
     [:error, e.class.name, e.message]
   end
 
-  def mono
-    Process.clock_gettime(Process::CLOCK_MONOTONIC)
-  end
-
   describe "Evix::Task.current" do
     # today: nil inside the Evix.run block and inside Fiber.schedule fibers
     it "is a Task inside the Evix.run block and in each Fiber.schedule fiber, nil outside" do
@@ -64,11 +60,11 @@ RSpec.describe "Evix::Task, one world of tasks" do
       end
       seen = nil
       ev.spawn do
-        t0 = mono
+        t0 = now
         slow.wait(timeout: 0.03)
         seen = :value
       rescue Evix::TimeoutError => e
-        seen = [e.class, slow.alive?, mono - t0]
+        seen = [e.class, slow.alive?, now - t0]
       end
       ev.run
       expect(seen[0..1]).to eq([Evix::TimeoutError, true])
@@ -195,9 +191,9 @@ RSpec.describe "Evix::Task, one world of tasks" do
           rescue StandardError => e
             log << e.class.name
           end
-          t0 = mono
+          t0 = now
           ev.run
-          [log, mono - t0 < 1, outcome_of(task).first(2)]
+          [log, now - t0 < 1, outcome_of(task).first(2)]
         end
         expect(result).to eq([["task was cancelled", :ensure], true, [:error, "Evix::CancelledError"]]),
                           "#{backend}: #{result.inspect}"
@@ -325,9 +321,9 @@ RSpec.describe "Evix::Task, one world of tasks" do
           slept = nil
           Fiber.schedule { got = reader.gets }
           Fiber.schedule do
-            t0 = mono
+            t0 = now
             ev.sleep(0.03)
-            slept = mono - t0
+            slept = now - t0
             writer.write("line\n")
           end
           Fiber.schedule { ev.sleep(0.01) } # a second sleeper at the same time

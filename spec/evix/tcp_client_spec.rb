@@ -3,12 +3,8 @@
 require "spec_helper"
 
 RSpec.describe Evix::TCPClient do
-  let!(:ev) { new_loop } # created first: its own descriptors are not counted as leaks
-
-  # Runs the block in a task and returns its value (or raises its exception).
-  def in_task(&)
-    ev.spawn(&).wait
-  end
+  include_context "with a loop"
+  before { ev } # created first: its own descriptors are not counted as leaks
 
   # A plain listener on 127.0.0.1 (closed by the after hook).
   def plain_listener(backlog = 16)

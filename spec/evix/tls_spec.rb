@@ -5,7 +5,6 @@ require "digest"
 require "net/http"
 require "openssl"
 require "open3"
-require_relative "../examples/support/example_process"
 
 # TLS over loopback with certificates the specs make (spec/support/tls_certs.rb).
 # Every example that serves runs inside Evix.run in a forked child with a

@@ -4,15 +4,12 @@ require "spec_helper"
 require "tmpdir"
 
 RSpec.describe Evix::UNIXClient do
-  let!(:ev) { new_loop } # created first: its own descriptors are not counted as leaks
+  include_context "with a loop"
+  before { ev } # created first: its own descriptors are not counted as leaks
   let(:dir) { Dir.mktmpdir("evix-unix") }
   let(:path) { File.join(dir, "server.sock") }
 
   after { FileUtils.rm_rf(dir) }
-
-  def in_task(&)
-    ev.spawn(&).wait
-  end
 
   # A plain listener at +path+ with a backlog that is full: connects get EAGAIN.
   def full_listener

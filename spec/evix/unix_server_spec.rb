@@ -6,24 +6,16 @@ require "tmpdir"
 require "open3"
 
 RSpec.describe Evix::UNIXServer do
-  let!(:ev) { new_loop } # created first: its own descriptors are not counted as leaks
+  include_context "with a loop"
+  before { ev } # created first: its own descriptors are not counted as leaks
   let(:dir) { Dir.mktmpdir("evix-unix") }
   let(:path) { File.join(dir, "server.sock") }
 
-  after do
-    (@servers || []).each do |server|
-      server.shutdown(timeout: 0)
-    rescue StandardError
-      nil
-    end
-    FileUtils.rm_rf(dir)
-  end
+  after { FileUtils.rm_rf(dir) }
 
   # A server that the after hook shuts down.
   def server_at(where = path, **options, &)
-    server = described_class.new(ev, where, **options, &)
-    (@servers ||= []) << server
-    server
+    track_server(described_class.new(ev, where, **options, &))
   end
 
   def echo_server(where = path, **options)
@@ -34,40 +26,9 @@ RSpec.describe Evix::UNIXServer do
     end
   end
 
-  # Runs the loop until the block returns truthy; fails after +timeout+.
-  def run_until(timeout: 5)
-    deadline = now + timeout
-    until (result = yield)
-      raise RSpec::Expectations::ExpectationNotMetError, "condition not met within #{timeout}s" if now > deadline
-
-      ev.run_once(0.01)
-    end
-    result
-  end
-
   # A plain blocking UNIX client (closed by the after hook).
   def plain_client(where = path)
     track_io(UNIXSocket.new(where)).first
-  end
-
-  # Reads from a plain socket without blocking the loop: :eof at end of file.
-  def drain(socket, into)
-    loop do
-      chunk = socket.read_nonblock(65_536, exception: false)
-      return :eof if chunk.nil?
-      return :open if chunk == :wait_readable
-
-      into << chunk
-    end
-  rescue Errno::ECONNRESET
-    :eof
-  end
-
-  def round_trip(socket, message)
-    socket.write(message)
-    got = String.new
-    run_until { drain(socket, got) == :eof || got.bytesize >= message.bytesize }
-    got
   end
 
   # A socket file at +where+ that nobody listens on, as a server that died leaves it.
@@ -85,16 +46,16 @@ RSpec.describe Evix::UNIXServer do
       expect(server.local_address.unix_path).to eq(path)
       expect(File.socket?(path)).to be(true)
       client = plain_client
-      expect(round_trip(client, "hello\n")).to eq("hello\n")
-      run_until { server.connections == 1 }
+      expect(round_trip(ev, client, "hello\n")).to eq("hello\n")
+      run_until(ev) { server.connections == 1 }
       client.close
-      run_until { server.connections.zero? }
+      run_until(ev) { server.connections.zero? }
     end
 
     it "takes a Pathname" do
       server = echo_server(Pathname(path))
       expect(server.path).to eq(path)
-      expect(round_trip(plain_client, "x")).to eq("x")
+      expect(round_trip(ev, plain_client, "x")).to eq("x")
     end
 
     it "raises ArgumentError at the call for a path longer than sun_path, creating nothing" do
@@ -109,7 +70,7 @@ RSpec.describe Evix::UNIXServer do
     it "binds a path of exactly 108 bytes" do
       longest = File.join(dir, "s" * (108 - dir.bytesize - 1))
       server = echo_server(longest)
-      expect(round_trip(plain_client(longest), "108")).to eq("108")
+      expect(round_trip(ev, plain_client(longest), "108")).to eq("108")
       server.close
       expect(File.exist?(longest)).to be(false)
     end
@@ -128,7 +89,7 @@ RSpec.describe Evix::UNIXServer do
     it "removes a stale one (nothing listens) and binds" do
       stale_socket_file
       server = echo_server
-      expect(round_trip(plain_client, "after stale")).to eq("after stale")
+      expect(round_trip(ev, plain_client, "after stale")).to eq("after stale")
       expect(server.closed?).to be(false)
     end
 
@@ -172,13 +133,13 @@ RSpec.describe Evix::UNIXServer do
     it "close stops accepting, removes the socket file, lets open connections go on, and is idempotent" do
       server = echo_server
       client = plain_client
-      expect(round_trip(client, "before")).to eq("before")
+      expect(round_trip(ev, client, "before")).to eq("before")
       expect(server.close).to be_nil
       expect(server.close).to be_nil
       expect(server.closed?).to be(true)
       expect(File.exist?(path)).to be(false)
       expect { UNIXSocket.new(path) }.to raise_error(Errno::ENOENT)
-      expect(round_trip(client, "after")).to eq("after")
+      expect(round_trip(ev, client, "after")).to eq("after")
     end
 
     it "leaves alone a socket file that another server put at the path after this one's was removed" do
@@ -195,7 +156,7 @@ RSpec.describe Evix::UNIXServer do
       outcome = in_child { [capture { server.close }, File.socket?(path)] }
       expect(outcome).to match([[:raised, "Evix::Error", /fork/], true])
       expect(File.socket?(path)).to be(true)
-      expect(round_trip(plain_client, "parent serves")).to eq("parent serves")
+      expect(round_trip(ev, plain_client, "parent serves")).to eq("parent serves")
     end
 
     it "drains: a reading client gets every byte, a stuck handler is forced at the deadline, the file goes",
@@ -213,7 +174,7 @@ RSpec.describe Evix::UNIXServer do
       stuck = plain_client
       reading.write("read\n")
       stuck.write("stuck\n")
-      run_until { started.size == 2 }
+      run_until(ev) { started.size == 2 }
       reader = helper_thread do
         received = String.new(encoding: Encoding::BINARY)
         loop { received << reading.readpartial(65_536) }
@@ -235,10 +196,10 @@ RSpec.describe Evix::UNIXServer do
     it "closes a connection with no input for idle_timeout seconds", timing: true do
       server = echo_server(idle_timeout: 0.2)
       quiet = plain_client
-      run_until { server.connections == 1 }
-      took = elapsed { run_until { drain(quiet, +"") == :eof } }
+      run_until(ev) { server.connections == 1 }
+      took = elapsed { run_until(ev) { drain(quiet, +"") == :eof } }
       expect(took).to be_between(0.1, 1.5)
-      run_until { server.connections.zero? }
+      run_until(ev) { server.connections.zero? }
     end
 
     it "passes a handler's exception to on_error and closes that connection only" do
@@ -254,9 +215,9 @@ RSpec.describe Evix::UNIXServer do
       good = plain_client
       bad = plain_client
       bad.write("bad\n")
-      run_until { errors.any? }
+      run_until(ev) { errors.any? }
       expect(errors).to eq([["bad line", Evix::IO]])
-      expect(round_trip(good, "fine\n")).to eq("fine\n")
+      expect(round_trip(ev, good, "fine\n")).to eq("fine\n")
     end
   end
 
@@ -270,7 +231,7 @@ RSpec.describe Evix::UNIXServer do
         Open3.capture3("curl", "--silent", "--show-error", "--max-time", "5", "--unix-socket", path,
                        "http://evix/")
       end
-      run_until { !curl.alive? }
+      run_until(ev) { !curl.alive? }
       out, err, status = curl.value
       expect([status.exitstatus, err]).to eq([0, ""])
       expect(out).to eq("hello unix\r\n")
@@ -289,7 +250,7 @@ RSpec.describe Evix::UNIXServer do
         end
       end
       expect(tasks.map(&:wait)).to all(be(true))
-      run_until { server.connections.zero? }
+      run_until(ev) { server.connections.zero? }
     end
   end
 end

@@ -10,7 +10,7 @@ require "spec_helper"
 RSpec.describe "Waiters on an IO that is closed while they wait" do
   # Runs the loop for at most +seconds+: a task left parked forever shows as
   # [:hung] in #result_of instead of hanging the child.
-  def run_for(evloop, seconds = 1.5)
+  def run_at_most(evloop, seconds = 1.5)
     Timeout.timeout(seconds) { evloop.run }
   rescue Timeout::Error
     nil
@@ -18,12 +18,6 @@ RSpec.describe "Waiters on an IO that is closed while they wait" do
 
   def result_of(task)
     task.alive? ? [:hung] : task.wait
-  end
-
-  # Writes into +io+ until the kernel buffer is full, so that a write waits.
-  def fill(io)
-    chunk = "x" * 65_536
-    nil until io.write_nonblock(chunk, exception: false) == :wait_writable
   end
 
   def later(seconds = 0.05, &)
@@ -63,7 +57,7 @@ RSpec.describe "Waiters on an IO that is closed while they wait" do
           wrapper = evloop.wrap(r)
           waiter = evloop.spawn { capture { evloop.wait_io(r, Evix::READ) } }
           close_soon(evloop, thread: thread) { close.call(evloop, r, wrapper) }
-          run_for(evloop)
+          run_at_most(evloop)
           result_of(waiter)
         end
       end
@@ -119,14 +113,14 @@ RSpec.describe "Waiters on an IO that is closed while they wait" do
           evloop = Evix::Loop.new(backend: backend)
           pairs = Array.new(3) { UNIXSocket.pair }
           ios = pairs.map { |socket, _| evloop.wrap(socket) }
-          fill(pairs[2][0])
+          fill_up(pairs[2][0])
           tasks = {
             read: evloop.spawn { capture { ios[0].read } },
             gets: evloop.spawn { capture { ios[1].gets } },
             write: evloop.spawn { capture { ios[2].write("y" * 1_000_000) } }
           }
           close_soon(evloop, thread: thread) { ios.each(&close) }
-          run_for(evloop)
+          run_at_most(evloop)
           tasks.transform_values { |task| result_of(task) }
         end
       end
@@ -180,7 +174,7 @@ RSpec.describe "Waiters on an IO that is closed while they wait" do
             end
             capture { evloop.wrap(socket).read }
           end
-          run_for(evloop)
+          run_at_most(evloop)
           { reused: reused, new: result_of(new_reader), old: result_of(old_reader) }
         end
       end

@@ -5,33 +5,13 @@ require "open3"
 require "rbconfig"
 require "set"
 require "tempfile"
-require_relative "../examples/support/example_process"
 
 # An Evix::Workers parent in a Ruby process of its own (and process group, so
 # that nothing it forks outlives the example), started from +code+, which
 # prints the port on its first line.
-class WorkersProcess
-  LIB = File.expand_path("../../lib", __dir__)
-
-  attr_reader :pid, :port
-
-  def self.run(code, **options)
-    process = new(code, **options)
-    yield process
-  ensure
-    process&.stop
-  end
-
-  def initialize(code, ready_timeout: 10)
-    @stderr = Tempfile.new(["evix-workers", ".err"])
-    @stdout, child_stdout = IO.pipe
-    @pid = Process.spawn(RbConfig.ruby, "-I", LIB, "-revix", "-e", code,
-                         in: File::NULL, out: child_stdout, err: @stderr.path, pgroup: true)
-    child_stdout.close
-    line = LineSocket.new(@stdout).gets(timeout: ready_timeout)
-    raise "the workers did not start: #{line.inspect}\n#{stderr}" unless line =~ /\A\d+\z/
-
-    @port = Integer(line)
+class WorkersProcess < ServerProcess
+  def initialize(code, **options)
+    super("the workers", ["-revix", "-e", code], ready: /\A(\d+)\z/, pgroup: true, **options)
   end
 
   # Opens a connection and returns the first line the worker sends (its pid).
@@ -78,37 +58,6 @@ class WorkersProcess
       sleep 0.02
     end
     list
-  end
-
-  def signal(name)
-    Process.kill(name, pid)
-  end
-
-  # @return [Process::Status]
-  def wait(timeout: 10)
-    deadline = LineSocket.now + timeout
-    until (done = Process.wait2(pid, Process::WNOHANG))
-      raise "the workers' parent #{pid} still runs after #{timeout}s\n#{stderr}" if LineSocket.now > deadline
-
-      sleep 0.01
-    end
-    @status = done[1]
-  end
-
-  def stderr
-    File.read(@stderr.path)
-  end
-
-  # Kills the whole process group (parent and workers) and reaps the parent.
-  def stop
-    begin
-      Process.kill(:KILL, -pid)
-    rescue Errno::ESRCH
-      nil
-    end
-    Process.wait(pid) unless @status
-    @stdout.close
-    @stderr.close!
   end
 end
 
@@ -433,7 +382,7 @@ RSpec.describe Evix::Workers do
     end
 
     it "rejects --workers 0" do
-      out, err, status = Open3.capture3(RbConfig.ruby, "-I", WorkersProcess::LIB, ExampleProcess::EXE,
+      out, err, status = Open3.capture3(RbConfig.ruby, "-I", ServerProcess::LIB, ExampleProcess::EXE,
                                         "echo", "--workers", "0")
       expect([out, status.exitstatus]).to eq(["", 2])
       expect(err).to include("--workers 0")

@@ -2,7 +2,6 @@
 
 require "spec_helper"
 require "tmpdir"
-require_relative "support/example_process"
 require_relative "../../examples/chat"
 
 RSpec.describe "evix chat (examples/chat.rb)" do

@@ -2,7 +2,6 @@
 
 require "spec_helper"
 require "open3"
-require_relative "support/example_process"
 
 RSpec.describe "exe/evix" do
   def evix(*args)

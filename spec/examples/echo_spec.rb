@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "spec_helper"
-require_relative "support/example_process"
 require_relative "../../examples/echo"
 
 RSpec.describe "evix echo (examples/echo.rb)" do

@@ -2,7 +2,6 @@
 
 require "spec_helper"
 require "open3"
-require_relative "support/example_process"
 require_relative "../../examples/kv"
 
 RSpec.describe Evix::Examples::KV do

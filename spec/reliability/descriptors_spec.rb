@@ -6,18 +6,8 @@ require_relative "support/reliability_helpers"
 RSpec.describe "Reliability: descriptor hygiene" do
   let(:ev) { new_loop }
 
-  after do
-    (@servers || []).each do |server|
-      server.shutdown(timeout: 0)
-    rescue StandardError
-      nil
-    end
-  end
-
   def server_on(port = 0, **options, &)
-    server = Evix::TCPServer.new(ev, "127.0.0.1", port, **options, &)
-    (@servers ||= []) << server
-    server
+    track_server(Evix::TCPServer.new(ev, "127.0.0.1", port, **options, &))
   end
 
   # One client connection driven by the loop: connect, send a line, read the
@@ -146,11 +136,6 @@ RSpec.describe "Reliability: descriptor hygiene" do
   end
 
   describe "closing a socket a fiber waits on wakes the waiter with an error" do
-    def fill_up(socket)
-      chunk = "x" * 65_536
-      nil until socket.write_nonblock(chunk, exception: false) == :wait_writable
-    end
-
     it "Evix::IO closed from another task: a reader and a writer get Evix::ClosedError", timing: true do
       a, b = socket_pair
       fill_up(a)

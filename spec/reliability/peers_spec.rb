@@ -8,19 +8,10 @@ RSpec.describe "Reliability: peers that misbehave" do
   let(:ev) { new_loop }
   let(:errors) { [] }
 
-  after do
-    (@servers || []).each do |server|
-      server.shutdown(timeout: 0)
-    rescue StandardError
-      nil
-    end
-  end
-
   def server_on(**options, &)
     server = Evix::TCPServer.new(ev, "127.0.0.1", 0, **options, &)
     server.on_error { |error, _client| errors << error }
-    (@servers ||= []) << server
-    server
+    track_server(server)
   end
 
   describe "a client that connects and never sends" do

@@ -1,7 +1,9 @@
 # frozen_string_literal: true
 
+require "io/wait"
 require "open3"
 require "rbconfig"
+require "tempfile"
 
 # Runs code that may hang or kill the process somewhere it cannot hang or kill
 # the suite: a forked child, or a fresh Ruby, each with a deadline.
@@ -9,28 +11,77 @@ module EvixChildProcess
   # Runs the block in a forked child and returns its value (Marshal-able), or
   # [:error, class name, message] if it raised. Raises if the child hung for
   # +timeout+ seconds (it is killed) or died without a result.
-  def in_child(timeout: 5)
-    reader, writer = IO.pipe
-    pid = fork do
-      reader.close
-      result = begin
-        yield
-      rescue Exception => e # rubocop:disable Lint/RescueException -- reported to the parent
-        [:error, e.class.name, e.message]
-      end
-      writer.write(Marshal.dump(result))
-      writer.close
-      exit!(0)
-    end
-    writer.close
-    status = wait_child(pid, timeout: timeout)
-    data = reader.read
-    raise "the child hung for #{timeout}s or died (#{status.inspect})" if data.empty?
+  def in_child(timeout: 5, &block)
+    kind, *rest = child_outcome(timeout, &block)
+    kind == :value ? rest.first : [:error, rest[0], rest[1]]
+  end
 
+  # The one fork-and-report of the suite: runs the block in a forked child
+  # whose stderr goes to a temporary file, and returns [:value, its value] or
+  # [:error, class name, message, backtrace head]. The child leaves with
+  # exit! (no at_exit hooks, no RSpec). A child that hangs past +timeout+
+  # seconds is killed; one that gives no outcome (a crash: a segfault or an
+  # abort, not an exception) fails the example with its status and the head
+  # of its stderr instead of taking the suite down.
+  def child_outcome(timeout, &)
+    reader, writer = IO.pipe
+    stderr = Tempfile.new("evix-child")
+    pid = fork { report_outcome(reader, writer, stderr.path, &) }
+    writer.close
+    data = read_until_eof(reader, timeout)
+    status = wait_child(pid, timeout: 1)
+    if status.signaled? || !status.success? || data.empty?
+      raise RSpec::Expectations::ExpectationNotMetError,
+            "the child hung for #{timeout}s or died (#{status.inspect}); its stderr began:\n" \
+            "#{File.read(stderr.path)[0, 1500]}"
+    end
     Marshal.load(data) # rubocop:disable Security/MarshalLoad -- our own child's data
   ensure
     reader&.close
     writer&.close unless writer&.closed?
+    stderr&.close!
+  end
+
+  # Forks a child that runs the block with a +report+ lambda (one line to the
+  # parent per call) and leaves with exit! (0, or 1 if the block raised; its
+  # stderr goes nowhere unless EVIX_SPEC_CHILD_STDERR is set). Returns
+  # [pid, reader]: #child_line reads the reported lines; the after hook kills
+  # the child if it still runs.
+  def fork_child
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      report = lambda do |line|
+        writer.write("#{line}\n")
+        writer.flush
+      end
+      code = 0
+      begin
+        $stderr = File.open(File::NULL, "w") unless ENV["EVIX_SPEC_CHILD_STDERR"]
+        yield report
+      rescue Exception => e # rubocop:disable Lint/RescueException -- reported to the parent
+        report.call("child failed: #{e.class}: #{e.message} #{e.backtrace&.first(3)&.join(" | ")}")
+        code = 1
+      ensure
+        exit!(code)
+      end
+    end
+    writer.close
+    track_io(reader)
+    (@evix_children ||= []) << pid
+    [pid, reader]
+  end
+
+  # The next line a #fork_child child reported, or a failure after +timeout+.
+  def child_line(reader, timeout: 5)
+    raise RSpec::Expectations::ExpectationNotMetError, "the child reported nothing within #{timeout}s" \
+      unless reader.wait_readable(timeout)
+
+    line = reader.gets
+    raise RSpec::Expectations::ExpectationNotMetError, "the child closed its report pipe" unless line
+    raise RSpec::Expectations::ExpectationNotMetError, line.chomp if line.start_with?("child failed:")
+
+    line.chomp
   end
 
   # [:value, what the block returned] or [:raised, class name, message]: an
@@ -78,7 +129,49 @@ module EvixChildProcess
     end
   end
 
+  # Kills whatever #fork_child child of this example is still running.
+  def reap_children
+    (@evix_children || []).each do |pid|
+      next if Process.wait2(pid, Process::WNOHANG) # it had exited: reaped now
+
+      Process.kill(:KILL, pid)
+      Process.wait(pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil # reaped already
+    end
+  end
+
   private
+
+  # The child's side of #child_outcome.
+  def report_outcome(reader, writer, stderr_path)
+    reader.close
+    $stderr.reopen(stderr_path, "w")
+    $stderr.sync = true # what it wrote before a crash is what the failure shows
+    outcome = begin
+      [:value, yield]
+    rescue Exception => e # rubocop:disable Lint/RescueException -- reported to the parent
+      [:error, e.class.name, e.message, e.backtrace&.first(8)]
+    end
+    writer.write(Marshal.dump(outcome))
+    writer.close
+    exit!(0)
+  end
+
+  # What +reader+ gives until end of file or until +timeout+ seconds passed.
+  def read_until_eof(reader, timeout)
+    data = String.new(encoding: Encoding::BINARY)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    while (left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)).positive?
+      break unless reader.wait_readable(left)
+
+      chunk = reader.read_nonblock(65_536, exception: false)
+      break if chunk.nil?
+
+      data << chunk unless chunk == :wait_readable
+    end
+    data
+  end
 
   def kill_group(pid)
     Process.kill(:TERM, -pid)
@@ -100,4 +193,7 @@ module EvixChildProcess
   end
 end
 
-RSpec.configure { |config| config.include EvixChildProcess }
+RSpec.configure do |config|
+  config.include EvixChildProcess
+  config.after { reap_children }
+end
