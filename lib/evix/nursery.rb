@@ -68,6 +68,7 @@ module Evix
     # @return [nil]
     def cancel_all(reason = nil)
       @deadline ||= clock + @cancel_timeout
+      @loop.stop unless @loop.closed? # #drive's Loop#run returns to watch the deadline
       current = Task.current
       @tasks.each_key { |task| task.cancel(reason && "cancelled: #{reason}") unless task.equal?(current) }
       nil
@@ -85,8 +86,7 @@ module Evix
         alive = @loop.alive?
         return abandon("parked outside any wait of the loop") if stuck?(alive)
 
-        limit = alive ? left : [left || IDLE_POLL, IDLE_POLL].min
-        @loop.run_once(limit)
+        turn(alive, left)
       end
       nil
     end
@@ -116,6 +116,16 @@ module Evix
 
       fail_with(error)
       true
+    end
+
+    # Runs the loop: without a deadline, turns in C until the last task
+    # ends or cancellation starts (both stop the loop) or nothing is left to
+    # wait for; else one turn, bounded by the deadline (and by IDLE_POLL
+    # while every task waits on another thread).
+    def turn(alive, left)
+      return @loop.run if alive && left.nil?
+
+      @loop.run_once(alive ? left : [left || IDLE_POLL, IDLE_POLL].min)
     end
 
     # Nothing can resume the remaining tasks: the loop has nothing to do and
