@@ -5,7 +5,7 @@
 
 require "socket"
 require "async"
-require_relative "support"
+require_relative "../support/bench_server"
 
 port, mode = BenchServer.options
 

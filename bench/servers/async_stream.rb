@@ -7,7 +7,7 @@
 require "socket"
 require "async"
 require "io/stream"
-require_relative "support"
+require_relative "../support/bench_server"
 
 port, mode = BenchServer.options
 

@@ -4,7 +4,7 @@
 # receive_data/send_data (EM buffers outgoing data itself).
 
 require "eventmachine"
-require_relative "support"
+require_relative "../support/bench_server"
 
 port, mode = BenchServer.options
 

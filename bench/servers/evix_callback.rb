@@ -5,7 +5,7 @@
 
 require "socket"
 require "evix"
-require_relative "support"
+require_relative "../support/bench_server"
 
 port, MODE = BenchServer.options
 

@@ -4,7 +4,7 @@
 # handler is plain sequential code on an Evix::IO.
 
 require "evix"
-require_relative "support"
+require_relative "../support/bench_server"
 
 port, mode = BenchServer.options
 

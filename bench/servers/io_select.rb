@@ -4,7 +4,7 @@
 # data are selected for writing instead of reading until they catch up.
 
 require "socket"
-require_relative "support"
+require_relative "../support/bench_server"
 
 port, mode = BenchServer.options
 

@@ -6,7 +6,7 @@
 
 require "socket"
 require "nio"
-require_relative "support"
+require_relative "../support/bench_server"
 
 port, MODE = BenchServer.options
 

@@ -7,7 +7,7 @@
 
 require "puma"
 require "puma/server"
-require_relative "support"
+require_relative "../support/bench_server"
 
 port, mode = BenchServer.options
 abort "puma serves http only" unless mode == :http

@@ -4,7 +4,7 @@
 # thread for each client.
 
 require "socket"
-require_relative "support"
+require_relative "../support/bench_server"
 
 port, mode = BenchServer.options
 
