@@ -84,7 +84,7 @@ module Evix
     # line's whole cost, and the usual call passes none.
     def gets(separator = $INPUT_RECORD_SEPARATOR, limit = nil, keywords = nil)
       # The usual call on busy input: a whole line is already buffered. One
-      # native call finds it and copies it out (ext/evix/src/ruby/lines.rs):
+      # native call finds it and copies it out (ext/evix/src/ruby/io.rs):
       # String#index and #byteslice would cost more than IO#gets does. (A
       # Hash in the place of separator or limit gets nil from it.)
       if keywords.nil? && (line = buffered_line(buffer = @buffer, offset = @offset, separator, limit, false))

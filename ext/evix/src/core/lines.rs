@@ -1,4 +1,4 @@
-//! Line search for `Evix::IO#gets` (ext/evix/src/ruby/lines.rs binds it):
+//! Line search for `Evix::IO#gets` (ext/evix/src/ruby/io.rs binds it):
 //! bytes only, no Ruby, so `cargo test` covers it.
 
 /// Where the line of `bytes` that starts at `offset` ends (exclusive): the

@@ -103,7 +103,7 @@ pub fn typed_ref<'a, T: TypedData>(_ruby: &Ruby, value: &'a Value) -> Option<&'a
     }
 }
 
-/// What a direct read or write may do with an IO (see `ruby/stream.rs`).
+/// What a direct read or write may do with an IO (see `ruby/io.rs`).
 pub enum Direct {
     /// Go ahead on this fd: open for the direction, nothing in Ruby's buffers.
     Fd(c_int),
