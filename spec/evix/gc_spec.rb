@@ -138,39 +138,52 @@ RSpec.describe "Evix::Loop and the GC" do
       end
 
       if GC.respond_to?(:compact)
+        # Compacted in a forked child, where the calling thread is the only
+        # one: Ruby 3.1.2's compaction check reads one word past the top of
+        # every thread's VM stack (fixed upstream in ruby/ruby#7081), and
+        # crashed the whole suite when another thread's held a stale pointer
+        # (a core dump showed it, three times in this example).
         it "keeps captured data intact across GC.compact" do
-          r, w = pipe
-          w.write("x")
-          log = []
-          garbage
-          register_everything(ev, log, r)
-          garbage
-          compact_heap
-          ev.run_once(1)
+          log = in_child do
+            evloop = new_loop(backend)
+            r, w = IO.pipe
+            w.write("x")
+            log = []
+            garbage
+            register_everything(evloop, log, r)
+            garbage
+            compact_heap
+            evloop.run_once(1)
+            log
+          end
           expect(log).to eq(expected_log)
         end
 
         it "keeps timers, watchers and handles working after GC.compact" do
-          r, w = pipe
-          log = []
-          handles = Array.new(20) do |i|
-            text = "timer-#{i}"
-            ev.add_timer(0.001) { log << text }
+          log, active = in_child do
+            evloop = new_loop(backend)
+            r, w = IO.pipe
+            log = []
+            handles = Array.new(20) do |i|
+              text = "timer-#{i}"
+              evloop.add_timer(0.001) { log << text }
+            end
+            handles.each_with_index { |timer, i| timer.cancel if i.odd? }
+            watcher = evloop.add_io(r, Evix::READ) do |events|
+              log << events
+              r.read_nonblock(10)
+            end
+            garbage
+            compact_heap
+            w.write("x")
+            evloop.run_once(1)
+            watcher.cancel
+            evloop.run
+            [log, handles.map(&:active?)]
           end
-          handles.each_with_index { |timer, i| timer.cancel if i.odd? }
-          watcher = ev.add_io(r, Evix::READ) do |events|
-            log << events
-            r.read_nonblock(10)
-          end
-          garbage
-          compact_heap
-          w.write("x")
-          ev.run_once(1)
-          watcher.cancel
-          ev.run
           expect(log.first).to eq(Evix::READ)
           expect(log.drop(1)).to eq((0...20).step(2).map { |i| "timer-#{i}" })
-          expect(handles.map(&:active?)).to all(be(false))
+          expect(active).to all(be(false))
         end
       end
     end
