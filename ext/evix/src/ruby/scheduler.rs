@@ -126,13 +126,11 @@ fn unblock(ruby: &Ruby, rb_self: Value, _blocker: Value, fiber: Value) -> Result
     let this = RbScheduler::this(ruby, &rb_self)?;
     let token = Fiber::from_value(fiber)
         .and_then(|fiber| this.blocked.borrow().get(&owner_of(fiber)).copied());
-    let resumed = match token {
-        Some(token) => {
-            RbLoop::resume_soon(ruby, this.evloop(ruby)?, token, ruby.qtrue().as_value())?
-        }
-        None => Some(false),
+    let Some(token) = token else {
+        return Ok(()); // not waiting (any more)
     };
-    if resumed.is_none() {
+    let evloop = this.evloop(ruby)?;
+    if RbLoop::resume_soon(ruby, evloop, token, ruby.qtrue().as_value())?.is_none() {
         let _: Value = rb_self.funcall(*POST_WAKE, (fiber,))?;
     }
     Ok(())
