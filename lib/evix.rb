@@ -46,14 +46,12 @@ require_relative "evix/signals"
 require_relative "evix/loop"
 require_relative "evix/stall"
 require_relative "evix/io_patches"
-# The server kit and TLS load on first use: code that only runs Evix.run or
-# a loop does not carry them, and every object they load is one more the GC
-# marks (the Evix::Scheduler echo server at 1,000 connections ran ~18 % more
-# instructions per round trip with them loaded: bench/PROFILE.md).
-{
-  Server: "server", TCPServer: "tcp_server", TCPClient: "tcp_client", UNIXServer: "unix_server",
-  UNIXClient: "unix_client", Workers: "workers", TLS: "tls"
-}.each { |name, file| Evix.autoload(name, File.expand_path("evix/#{file}", __dir__)) }
+require_relative "evix/tcp_server"
+require_relative "evix/tcp_client"
+require_relative "evix/unix_server"
+require_relative "evix/unix_client"
+require_relative "evix/workers"
+Evix.autoload :TLS, File.expand_path("evix/tls", __dir__) # loads openssl: only when TLS is used
 require_relative "evix/offload"
 require_relative "evix/scheduler"
 require_relative "evix/run"
