@@ -10,10 +10,9 @@ require "tempfile"
 module EvixChildProcess
   # Runs the block in a forked child and returns its value (Marshal-able), or
   # [:error, class name, message] if it raised. Raises if the child hung for
-  # +timeout+ seconds (it is killed) or died without a result. Under
-  # GC.stress (which the child inherits) the deadline is 20 times longer.
+  # +timeout+ seconds (it is killed) or died without a result.
   def in_child(timeout: 5, &block)
-    kind, *rest = child_outcome(GC.stress ? timeout * 20 : timeout, &block)
+    kind, *rest = child_outcome(timeout, &block)
     kind == :value ? rest.first : [:error, rest[0], rest[1]]
   end
 
@@ -23,8 +22,10 @@ module EvixChildProcess
   # exit! (no at_exit hooks, no RSpec). A child that hangs past +timeout+
   # seconds is killed; one that gives no outcome (a crash: a segfault or an
   # abort, not an exception) fails the example with its status and the head
-  # of its stderr instead of taking the suite down.
+  # of its stderr instead of taking the suite down. Under GC.stress, which
+  # the child inherits, it gets 20 times +timeout+.
   def child_outcome(timeout, &)
+    timeout *= 20 if GC.stress
     reader, writer = IO.pipe
     stderr = Tempfile.new("evix-child")
     pid = fork { report_outcome(reader, writer, stderr.path, &) }

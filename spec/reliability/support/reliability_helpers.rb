@@ -32,10 +32,9 @@ module ReliabilityHelpers
 
   # Runs the block in a forked child (EvixChildProcess#child_outcome) and
   # returns its value, or raises the child's exception with its backtrace.
-  # Under GC.stress the child gets 20 times +timeout+.
   # (A named block: Ruby 3.1.2 cannot forward an anonymous one next to keywords.)
   def isolated(timeout: 8, &block)
-    kind, *rest = child_outcome(gc_stress? ? timeout * 20 : timeout, &block)
+    kind, *rest = child_outcome(timeout, &block)
     return rest.first if kind == :value
 
     raise RSpec::Expectations::ExpectationNotMetError,
