@@ -6,6 +6,8 @@
 #
 #   ruby bench/report.rb OUT LANE.md...
 
+require "json"
+
 out, *lanes = ARGV
 abort "usage: ruby bench/report.rb OUT LANE.md..." if out.nil? || lanes.empty?
 
@@ -13,9 +15,48 @@ root = File.expand_path("..", __dir__)
 found = lanes.select { |path| File.exist?(path) }
 abort "bench/report.rb: no lane report found (#{lanes.join(", ")})" if found.empty?
 
+RUNS_JUDGED = 3
+
+# The lane's last three full runs: bench/run.rb keeps each run's target rows
+# ([target, measured, needed, met]) in runs/ beside the lane report.
+def lane_runs(lane_path)
+  pattern = File.join(File.dirname(lane_path), "runs", "#{File.basename(lane_path, ".md")}-*.json")
+  Dir[pattern].last(RUNS_JUDGED).map { |file| JSON.parse(File.read(file)) }
+end
+
+# Met only if measured and met in each of RUNS_JUDGED runs.
+def verdict(rows)
+  return "not judged" if rows.size < RUNS_JUDGED || rows.any? { |row| row.nil? || row.last == "n/a" }
+
+  rows.all? { |row| row.last == "yes" } ? "yes" : "**no**"
+end
+
+# One target's table row: what it needs, each run's figure and verdict, and the overall one.
+def target_line(name, runs)
+  found = runs.map { |run| run["rows"].find { |row| row.first == name } }
+  measured = found.map { |row| row ? "#{row[1]} (#{row[3]})" : "-" }
+  "| #{name} | #{found.compact.first[2]} | #{measured.join(" | ")} | #{verdict(found)} |"
+end
+
+def targets_across_runs(lane_path)
+  runs = lane_runs(lane_path)
+  return nil if runs.empty?
+
+  rows = runs.flat_map { |run| run["rows"].map(&:first) }.uniq.map { |name| target_line(name, runs) }
+  <<~MD.chomp
+    ### Targets (issue #{runs.last["issue"]}) in the last #{runs.size} full runs
+
+    A target is met only if it holds in each of #{RUNS_JUDGED} full runs of this lane (measured, and met in that run).
+
+    | Target | Needed | #{runs.map { |run| "#{run["date"]}, #{run["evix"]}" }.join(" | ")} | Met in every run |
+    | --- | --- | #{(["--:"] * runs.size).join(" | ")} | --- |
+    #{rows.join("\n")}
+  MD
+end
+
 # Each lane's headings go one level down, under the document's title.
 lane_sections = found.sort.reverse.map do |path|
-  File.read(path).strip.gsub(/^#/, "##")
+  [File.read(path).strip, targets_across_runs(path)].compact.join("\n\n").gsub(/^#/, "##")
 end
 missing = lanes - found
 not_run = missing.empty? ? "" : "\n\nNot run this time: #{missing.map { |path| File.basename(path) }.join(", ")}."

@@ -89,6 +89,7 @@ module Bench
       out = output_path
       FileUtils.mkdir_p(File.dirname(out))
       File.write(out, "#{report}\n")
+      save_targets(out)
       puts report
       warn "bench: wrote #{out} in #{(Time.now - @started).round} s"
     end
@@ -105,6 +106,21 @@ module Bench
       dir = @config.quick ? "bench-quick" : "bench"
       default = File.join(Harness::ROOT, "tmp", dir, "lane-#{RUBY_VERSION[/\A\d+\.\d+/]}.md")
       File.expand_path(ENV.fetch("EVIX_BENCH_OUT", default))
+    end
+
+    # Every full run keeps its target rows beside the lane report (runs/LANE-TIME.json):
+    # issue 14 calls a target met only if it holds in each of three full runs, and
+    # bench/report.rb tabulates the last three.
+    def save_targets(out)
+      rows = target_rows
+      return if rows.empty? || @config.quick
+
+      dir = File.join(File.dirname(out), "runs")
+      FileUtils.mkdir_p(dir)
+      name = "#{File.basename(out, ".md")}-#{@started.utc.strftime("%Y%m%d-%H%M%S")}.json"
+      record = { "date" => @started.utc.strftime("%Y-%m-%d %H:%M UTC"), "evix" => evix_revision,
+                 "issue" => targets_issue, "rows" => rows }
+      File.write(File.join(dir, name), JSON.pretty_generate(record))
     end
 
     def peer_versions

@@ -8,16 +8,25 @@ module Bench
     private
 
     def targets_section
-      async2 = @versions["async"].to_s >= "2"
-      rows = if async2
-               [*paced_targets, *modern_echo_targets, *scheduler_workload_targets]
-             else
-               [*echo_targets, *syscall_targets, *http_targets, *timer_targets, *fiber_targets, *idle_targets]
-             end
+      rows = target_rows
       return nil if rows.empty?
 
-      "## Targets (issue #{async2 ? 14 : 5}), from this run\n\n" \
+      "## Targets (issue #{targets_issue}), from this run\n\n" \
         "#{Report.table(%w[Target Measured Needed Met], rows, align: "llll")}"
+    end
+
+    # The issue whose targets this lane judges: 14 where async 2 is the peer, else 5.
+    def targets_issue
+      @versions["async"].to_s >= "2" ? 14 : 5
+    end
+
+    # [target, measured, needed, met] for each target of this lane's issue.
+    def target_rows
+      if targets_issue == 14
+        [*paced_targets, *modern_echo_targets, *scheduler_workload_targets]
+      else
+        [*echo_targets, *syscall_targets, *http_targets, *timer_targets, *fiber_targets, *idle_targets]
+      end
     end
 
     # Server CPU per round trip at the fixed rate, against the ceiling's, where all kept up.
