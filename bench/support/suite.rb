@@ -42,7 +42,7 @@ module Bench
         new(quick: false, echo_connections: integers("EVIX_BENCH_CONNECTIONS", "1,10,100,1000"), warmup: 1.0,
             duration: duration, http_seconds: duration.ceil, idle_connections: 10_000, syscall_round_trips: 20_000,
             timers: 100_000, fibers: 10_000, micro_scale: 1.0, rounds: positive("EVIX_BENCH_ROUNDS", "5"),
-            rate: positive("EVIX_BENCH_RATE", "40000"), paced_connections: integers("EVIX_BENCH_PACED", "100,1000"),
+            rate: positive("EVIX_BENCH_RATE", "20000"), paced_connections: integers("EVIX_BENCH_PACED", "100,1000"),
             maxrate_seconds: 1.5, maxrate_rounds: positive("EVIX_BENCH_MAXRATE_ROUNDS", "1"),
             scheduler_scale: Float(ENV.fetch("EVIX_BENCH_SCHEDULER_SCALE", "1")))
       end

@@ -29,22 +29,22 @@ module Bench
       end
     end
 
-    # Server CPU per round trip at the fixed rate, against the ceiling's, where all kept up.
+    # Server CPU per round trip at the fixed rate, against the ceiling's, where both delivered it.
     def paced_targets
       return [] unless @results[:rate]
 
       @results[:rate].keys.flat_map do |n|
-        ceiling = kept_figure(:rate, n, "ceiling")
+        ceiling = delivered_figure(:rate, n, "ceiling")
         { "evix_fiber" => 1.1, "evix_scheduler" => 1.15, "evix_callback" => 1.05 }.map do |name, limit|
-          ratio_row("fixed rate x#{n}: #{name} CPU/rt vs ceiling (n/a unless both kept up)",
-                    kept_figure(:rate, n, name)&.dig("cpu_us"), ceiling&.dig("cpu_us"), limit)
+          ratio_row("fixed rate x#{n}: #{name} CPU/rt vs ceiling (n/a unless both delivered the rate)",
+                    delivered_figure(:rate, n, name)&.dig("cpu_us"), ceiling&.dig("cpu_us"), limit)
         end
       end
     end
 
-    def kept_figure(*path)
+    def delivered_figure(*path)
       result = figure(*path)
-      result if result && kept_up?(result)
+      result if result && delivered?(result)
     end
 
     # Closed-loop throughput against async 2's best row and nio4r.
