@@ -20,6 +20,55 @@ RSpec.describe Evix::Loop do
     end
   end
 
+  # The kernel is what can count the loop's backend waits: a child under strace.
+  describe "waiting in epoll", if: RUBY_PLATFORM.include?("linux") && system("command -v strace >/dev/null") do
+    def epoll_waits(script)
+      Dir.mktmpdir do |dir|
+        trace = File.join(dir, "trace")
+        ok = system({ "EVIX_BACKEND" => "epoll" }, "strace", "-f", "-qq", "-e", "trace=epoll_wait,epoll_pwait",
+                    "-o", trace, RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), "-e", script)
+        expect(ok).to be(true)
+        File.readlines(trace).grep(/epoll_p?wait\(/)
+      end
+    end
+
+    def looks(calls) = calls.grep(/, 0\) += /)
+
+    it "blocks without a non-blocking look first while each wait brings one event" do
+      # One byte every 2 ms: the loop keeps up, so a look before each wait would find nothing.
+      calls = epoll_waits(<<~RUBY)
+        require "evix"
+        loop = Evix::Loop.new
+        r, w = IO.pipe
+        got = 0
+        loop.add_io(r, Evix::READ) { r.read_nonblock(1); got += 1; loop.stop if got == 30 }
+        writer = Thread.new { 30.times { sleep 0.002; w.write("x") } }
+        loop.run
+        writer.join
+        exit(got == 30 ? 0 : 1)
+      RUBY
+      expect(calls.size).to be >= 30
+      expect(looks(calls).size).to be <= 3
+    end
+
+    it "looks before it blocks while events wait at every turn" do
+      # Ten pipes that stay readable: every turn has ten events ready.
+      calls = epoll_waits(<<~RUBY)
+        require "evix"
+        loop = Evix::Loop.new
+        served = 0
+        pipes = Array.new(10) { IO.pipe.tap { |_, w| w.write("x" * 100) } }
+        pipes.each do |r, _|
+          loop.add_io(r, Evix::READ) { r.read_nonblock(1); served += 1; loop.stop if served == 500 }
+        end
+        loop.run
+        exit(served == 500 ? 0 : 1)
+      RUBY
+      expect(looks(calls).count { |line| line.match?(/= [1-9]/) }).to be >= 40
+      expect((calls - looks(calls)).size).to be <= 2
+    end
+  end
+
   describe "backend selection" do
     around do |example|
       saved = ENV.fetch("EVIX_BACKEND", nil)

@@ -214,6 +214,9 @@ impl<C: Clone> State<C> {
 struct Poller {
     backend: Option<Backend>,
     events: Vec<Event>,
+    /// Whether the next blocking wait is preceded by a non-blocking look
+    /// (see `wait_in_backend`).
+    look_first: bool,
 }
 
 #[derive(Debug)]
@@ -266,6 +269,7 @@ impl<C: Clone> Loop<C> {
             poller: RefCell::new(Poller {
                 backend: Some(backend),
                 events: Vec::with_capacity(1024),
+                look_first: true,
             }),
             shared,
             pulse: Arc::default(),
@@ -700,7 +704,9 @@ impl<C: Clone> Loop<C> {
     /// Phase 3: wait in the backend. The driver blocks only if `timeout` != 0
     /// and a non-blocking look found nothing ready: under load something
     /// usually is, and blocking (releasing Ruby's GVL) costs far more than
-    /// that look.
+    /// that look. Once a look finds nothing, the loop is keeping up and the
+    /// looks are skipped until a blocking wait returns several events at
+    /// once: at a low rate each look would be one more `epoll_wait` per event.
     fn poll<D: Driver<C>>(
         &self,
         driver: &mut D,
@@ -722,15 +728,20 @@ impl<C: Clone> Loop<C> {
         timeout: Option<Duration>,
     ) -> Result<bool, RunError<D::Error>> {
         let mut poller = self.poller.borrow_mut();
-        let Poller { backend, events } = &mut *poller;
+        let Poller {
+            backend,
+            events,
+            look_first,
+        } = &mut *poller;
         let backend = backend.as_mut().ok_or(RunError::<D::Error>::Closed)?;
-        if timeout != Some(Duration::ZERO) && driver.blocking_is_costly() {
+        if *look_first && timeout != Some(Duration::ZERO) && driver.blocking_is_costly() {
             backend
                 .wait(events, Some(Duration::ZERO))
                 .map_err(RunError::Io)?;
             if !events.is_empty() {
                 return Ok(false);
             }
+            *look_first = false;
         }
         if timeout == Some(Duration::ZERO) || !self.shared.prepare_block() {
             backend
@@ -740,6 +751,7 @@ impl<C: Clone> Loop<C> {
         }
         let outcome = driver.block(&self.shared.waker, &mut || backend.wait(events, timeout));
         self.shared.after_block();
+        *look_first = events.len() > 1;
         let result = outcome.map_err(|e| {
             events.clear();
             RunError::Callback(e)
@@ -752,7 +764,9 @@ impl<C: Clone> Loop<C> {
     fn run_io<D: Driver<C>>(&self, driver: &mut D) -> Result<(), RunError<D::Error>> {
         {
             let mut poller = self.poller.borrow_mut();
-            let Poller { backend, events } = &mut *poller;
+            let Poller {
+                backend, events, ..
+            } = &mut *poller;
             let backend = backend.as_mut().ok_or(RunError::<D::Error>::Closed)?;
             let ingested = {
                 let mut state = self.state.borrow_mut();
