@@ -23,7 +23,8 @@ module Evix
 
       @loop = loop
       @cancel_timeout = cancel_timeout
-      @tasks = {}.compare_by_identity
+      @tasks = {}.compare_by_identity # each task => the on_finish its spawner gave, or nil
+      @task_finished = method(:finished) # one for every task: no Proc per spawn
       @failure = nil
       @suppressed = []
       @deadline = nil
@@ -36,9 +37,8 @@ module Evix
     #   leaves it alone
     # @return [Evix::Task]
     def spawn(now: true, on_finish: nil, &block)
-      done = ->(ended, error) { finished(ended, error, on_finish) }
-      task = Task.new(@loop, start: !now, on_finish: done, &block)
-      @tasks[task] = true
+      task = Task.new(@loop, start: !now, on_finish: @task_finished, &block)
+      @tasks[task] = on_finish
       task.start if now
       task
     end
@@ -107,8 +107,8 @@ module Evix
 
     # A task ended with +error+ if nobody waited for it: the first such
     # failure fails the run. True: the nursery took the error.
-    def finished(task, error, also)
-      @tasks.delete(task)
+    def finished(task, error)
+      also = @tasks.delete(task)
       # The last task ended: #drive's run_once must not go on to block.
       @loop.stop if @tasks.empty?
       return true if also&.call(task, error)

@@ -30,9 +30,9 @@ module Evix
       @loop = loop
       @on_finish = on_finish
       @thread = Thread.current
-      @waiting = [] # tokens of the fibers waiting in #wait
+      @waiting = nil # tokens of the fibers waiting in #wait, once one does
       @state = :pending
-      @fiber = Fiber.new(blocking: false) { run(block) }
+      @fiber = Fiber.new { run(block) }
       @born = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       loop.next_tick { self.start } if start
     end
@@ -134,9 +134,9 @@ module Evix
 
     def wait_in_fiber(timeout)
       token = nil
-      @loop.suspend(timeout) { |t| @waiting << (token = t) } while alive? && token.nil?
+      @loop.suspend(timeout) { |t| (@waiting ||= []) << (token = t) } while alive? && token.nil?
     ensure
-      @waiting.delete(token)
+      @waiting&.delete(token)
     end
 
     def run(block)
@@ -156,10 +156,11 @@ module Evix
       @value = value
       @error = error
       waiting = @waiting
-      @waiting = []
-      waiting.each { |token| @loop.resume(token) }
-      handled = @on_finish&.call(self, waiting.empty? ? error : nil)
-      !waiting.empty? || handled ? true : false
+      @waiting = nil
+      waiting&.each { |token| @loop.resume(token) }
+      waited = !waiting.nil? && !waiting.empty?
+      handled = @on_finish&.call(self, waited ? nil : error)
+      waited || handled ? true : false
     end
   end
 end
