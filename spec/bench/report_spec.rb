@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "spec_helper"
 require "json"
 require "open3"
 require "rbconfig"
@@ -10,12 +11,7 @@ require "tmpdir"
 RSpec.describe "bench/report.rb" do
   let(:script) { File.expand_path("../../bench/report.rb", __dir__) }
 
-  around do |example|
-    Dir.mktmpdir("evix-report-spec-") do |dir|
-      @dir = dir
-      example.run
-    end
-  end
+  include_context "in a temporary directory"
 
   def lane(name = "lane-3.3")
     path = File.join(@dir, "#{name}.md")

@@ -23,12 +23,7 @@ RSpec.describe "ext/evix/extconf.rb" do
 
   after(:all) { FileUtils.rm_rf(@homes) }
 
-  around do |example|
-    Dir.mktmpdir("evix-extconf-") do |dir|
-      @dir = dir
-      example.run
-    end
-  end
+  include_context "in a temporary directory"
 
   # Runs extconf.rb in a new build dir with +gems+ as the only gem directory.
   # Returns [the build dir, its output, success?].

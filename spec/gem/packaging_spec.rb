@@ -19,12 +19,7 @@ RSpec.describe "the evix gem's files" do
     EvixGemCheck.packaged_files(gem_file)
   end
 
-  around do |example|
-    Dir.mktmpdir("evix-packaging-") do |dir|
-      @dir = dir
-      example.run
-    end
-  end
+  include_context "in a temporary directory"
 
   it "packages only allowed files from this checkout, and everything a build needs" do
     files = build_gem(root, @dir)

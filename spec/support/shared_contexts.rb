@@ -23,3 +23,14 @@ RSpec.shared_context "an Evix::IO on a socket pair" do
   let(:io) { ev.wrap(pair[0]) }
   let(:peer) { pair[1] }
 end
+
+# `include_context "in a temporary directory"`: +@dir+, a directory of the
+# example's own, removed with everything in it when the example ends.
+RSpec.shared_context "in a temporary directory" do
+  around do |example|
+    Dir.mktmpdir("evix-spec-") do |dir|
+      @dir = dir
+      example.run
+    end
+  end
+end
