@@ -7,8 +7,7 @@ module Bench
   module Targets
     private
 
-    def targets_section
-      rows = target_rows
+    def targets_section(rows)
       return nil if rows.empty?
 
       "## Targets (issue #{targets_issue}), from this run\n\n" \

@@ -158,7 +158,7 @@ module Evix
       waiting = @waiting
       @waiting = nil
       waiting&.each { |token| @loop.resume(token) }
-      waited = !waiting.nil? && !waiting.empty?
+      waited = waiting && !waiting.empty?
       handled = @on_finish&.call(self, waited ? nil : error)
       waited || handled ? true : false
     end
