@@ -288,4 +288,35 @@ RSpec.describe "Evix::Loop and threads" do
       end
     end
   end
+
+  # Threads that keep waking up make Ruby set a timer interrupt on whichever
+  # thread holds the GVL; one pending when the loop is about to block makes
+  # it skip that wait. The last wait's events must not be handed out again.
+  describe "while other threads keep taking the GVL" do
+    it "calls a watcher only when its fd is ready" do
+      ev = new_loop
+      r, w = pipe
+      stop = false
+      busy = Array.new(4) { helper_thread { sleep 0.0001 until stop } }
+      helper_thread do
+        2000.times do
+          sleep 0.0003
+          w.write("x")
+        end
+        w.close
+      end
+      calls = not_ready = 0
+      ev.add_io(r, Evix::READ) do
+        calls += 1
+        case r.read_nonblock(1, exception: false)
+        when :wait_readable then not_ready += 1
+        when nil then ev.stop
+        end
+      end
+      ev.run
+      stop = true
+      busy.each(&:join)
+      expect([calls - not_ready, not_ready]).to eq([2001, 0])
+    end
+  end
 end

@@ -122,8 +122,10 @@ pub trait Driver<C> {
     }
 
     /// Runs `wait`, which may block; `waker` interrupts it from another thread.
-    /// It must not run callbacks or anything else that may call into the
-    /// loop: the backend is borrowed meanwhile. The default simply calls it.
+    /// It may also return without calling `wait` (the Ruby driver does when an
+    /// interrupt is pending). It must not run callbacks or anything else that
+    /// may call into the loop: the backend is borrowed meanwhile. The default
+    /// simply calls it.
     fn block(
         &mut self,
         waker: &LoopWaker,
@@ -749,6 +751,9 @@ impl<C: Clone> Loop<C> {
                 .map_err(RunError::Io)?;
             return Ok(false);
         }
+        // The driver may return without calling the wait (the Ruby one does
+        // when an interrupt is pending): the last wait's events are spent.
+        events.clear();
         let outcome = driver.block(&self.shared.waker, &mut || backend.wait(events, timeout));
         self.shared.after_block();
         *look_first = events.len() > 1;

@@ -272,6 +272,51 @@ fn post_from_another_thread_wakes_a_blocked_loop() {
     });
 }
 
+/// The Ruby driver returns from `block` without calling the wait when an
+/// interrupt is already pending: the last wait's events must not be
+/// dispatched again then (a watcher would see readiness that is gone).
+#[test]
+fn a_block_that_skips_the_wait_dispatches_no_stale_events() {
+    each_backend(|kind| {
+        let lp: Loop<u32> = Loop::new(kind).unwrap();
+        struct Interrupted {
+            fired: Vec<u32>,
+            skip_wait: bool,
+        }
+        impl Driver<u32> for Interrupted {
+            type Error = ();
+            fn invoke(&mut self, c: u32, _: Fire) -> Result<(), ()> {
+                self.fired.push(c);
+                Ok(())
+            }
+            fn block(
+                &mut self,
+                _: &LoopWaker,
+                wait: &mut dyn FnMut() -> io::Result<()>,
+            ) -> Result<io::Result<()>, ()> {
+                Ok(if self.skip_wait { Ok(()) } else { wait() })
+            }
+        }
+        let (r, w) = pipe();
+        lp.add_watcher(r, Interest::READ, false, 7, None).unwrap();
+        let mut driver = Interrupted {
+            fired: Vec::new(),
+            skip_wait: false,
+        };
+        write_byte(w);
+        lp.run_once(Some(Duration::from_secs(5)), &mut driver)
+            .unwrap();
+        assert_eq!(driver.fired, [7], "{kind:?}");
+        drain(r);
+        driver.skip_wait = true;
+        lp.run_once(Some(Duration::from_secs(5)), &mut driver)
+            .unwrap();
+        assert_eq!(driver.fired, [7], "{kind:?}: nothing is readable now");
+        close(r);
+        close(w);
+    });
+}
+
 #[test]
 fn callback_errors_propagate_and_lose_nothing() {
     let lp: Loop<u32> = Loop::new(BackendKind::Poll).unwrap();
