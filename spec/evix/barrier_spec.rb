@@ -16,12 +16,12 @@ RSpec.describe Evix::Barrier do
       barrier = Evix::Barrier.new
       tasks = Array.new(3) do |i|
         barrier.async do
-          ev.sleep([0.01, 0.08, 0.1][i])
+          ev.sleep([0.01, 0.3, 0.35][i])
           i * 10
         end
       end
       sizes << barrier.size
-      ev.sleep(0.04)
+      ev.sleep(0.15)
       sizes << barrier.size
       barrier.wait
       sizes << barrier.size
@@ -38,7 +38,7 @@ RSpec.describe Evix::Barrier do
     waited = nil
     ev.spawn do
       barrier = Evix::Barrier.new
-      [0.05, 0.01, 0.03].each do |delay|
+      [0.25, 0.05, 0.15].each do |delay|
         barrier.async do
           ev.sleep(delay)
           done << delay
@@ -50,8 +50,8 @@ RSpec.describe Evix::Barrier do
     end
     ticker(ev, ticks, -> { waited })
     ev.run
-    expect(done).to eq([0.01, 0.03, 0.05])
-    expect(waited).to be_between(0.04, 0.5)
+    expect(done).to eq([0.05, 0.15, 0.25])
+    expect(waited).to be_between(0.24, 1)
     expect(ticks[0]).to be >= 3
   end
 

@@ -127,13 +127,12 @@ RSpec.describe "Evix::Scheduler on Ruby 3.3 and 3.4" do
         end
         Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
       end
-      result = in_child(timeout: 20) do
+      # The fastest of five interleaved samples each: one GC or preemption
+      # can't decide it.
+      outside, inside = in_child(timeout: 8) do
         cost.call # warm-up
-        outside = cost.call
-        inside = Evix.run { cost.call }
-        [outside, inside]
+        Array.new(5) { [cost.call, Evix.run { cost.call }] }.transpose.map(&:min)
       end
-      outside, inside = result
       # With every call offloaded, inside was 10-40x outside.
       expect(inside).to be < (outside * 3) + 0.02
     end

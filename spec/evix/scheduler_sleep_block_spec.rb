@@ -39,7 +39,7 @@ RSpec.describe Evix::Scheduler, "sleeping and blocking" do
       Evix.run do
         Fiber.schedule do
           log << :a1
-          sleep 0.04
+          sleep 0.1
           log << :a2
         end
         Fiber.schedule do

@@ -27,12 +27,12 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
   end
 
   describe "#on_stall" do
-    it "reports a plain callback that holds the loop 300 ms once, with no task and the busy method in its backtrace" do
+    it "reports a plain callback that holds the loop 600 ms once, with no task and the busy method in its backtrace" do
       reports = in_child(timeout: 10) do
         ev = Evix::Loop.new
         reports = Queue.new
         ev.on_stall(100) { |report| reports << report }
-        ev.next_tick { spin_busily(0.3) }
+        ev.next_tick { spin_busily(0.6) }
         ev.run
         ev.close # joins the watchdog: a report under way is delivered first
         drain(reports)
@@ -48,7 +48,7 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
         ev = Evix::Loop.new
         reports = Queue.new
         ev.on_stall(100) { |report| reports << report }
-        task = ev.spawn { spin_busily(0.3) }
+        task = ev.spawn { spin_busily(0.6) }
         ev.run
         ev.close
         report = reports.pop
@@ -62,7 +62,7 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
         ev = Evix::Loop.new
         reports = Queue.new
         ev.on_stall(100) { |report| reports << report }
-        ev.next_tick { Kernel.sleep(0.3) } # a blocking sleep: no scheduler here
+        ev.next_tick { Kernel.sleep(0.6) } # a blocking sleep: no scheduler here
         ev.run
         ev.close
         drain(reports)
@@ -75,9 +75,10 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
       reports = in_child(timeout: 10) do
         ev = Evix::Loop.new
         reports = Queue.new
-        ev.on_stall(100) { |report| reports << report }
-        ev.spawn { 3.times { ev.sleep(0.15) } }
-        # 20 ms of work at a time, 600 ms in all: never 100 ms in one go.
+        ev.on_stall(300) { |report| reports << report }
+        ev.spawn { 3.times { ev.sleep(0.4) } }
+        # 20 ms of work at a time, 600 ms in all: never 300 ms in one go, even
+        # with a GC or a preemption in between.
         ev.spawn do
           30.times do
             spin_busily(0.02)
@@ -96,8 +97,8 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
         ev = Evix::Loop.new
         reports = Queue.new
         ev.on_stall(100) { |report| reports << report }
-        ev.next_tick { spin_busily(0.3) }
-        ev.add_timer(0.45) { spin_busily(0.3) }
+        ev.next_tick { spin_busily(0.6) }
+        ev.add_timer(0.9) { spin_busily(0.6) }
         ev.run
         ev.close
         drain(reports)
@@ -133,7 +134,7 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
         watch = ev.on_stall(100) { |report| reports << report }
         ev.next_tick do
           watch.cancel
-          spin_busily(0.3)
+          spin_busily(0.6)
         end
         ev.run
         ev.close
@@ -176,8 +177,8 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
         ev = Evix::Loop.new
         reports = 0
         ev.on_stall(100) { |_report| reports += 1; raise "broken reporter" }
-        ev.next_tick { spin(0.3) }
-        ev.add_timer(0.45) { spin(0.3) }
+        ev.next_tick { spin(0.6) }
+        ev.add_timer(0.9) { spin(0.6) }
         ev.run
         ev.close
         puts reports
@@ -204,13 +205,13 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
             fresh = Evix::Loop.new
             own = Queue.new
             fresh.on_stall(100) { |report| own << report }
-            fresh.next_tick { spin_busily(0.3) }
+            fresh.next_tick { spin_busily(0.6) }
             fresh.run
             fresh.close
             [inherited, refused, own.size]
           end
         end
-        ev.add_timer(0.1) { spin_busily(0.3) }
+        ev.add_timer(0.1) { spin_busily(0.6) }
         ev.run
         ev.close
         [child, reports.size]
@@ -219,7 +220,7 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
       expect(inherited).to eq([false, 0])
       expect(refused).to match(/fork/)
       expect(own).to eq(1)
-      # The parent's fork callback itself waited for the child's 300 ms stall.
+      # The parent's fork callback itself waited for the child's 600 ms stall.
       expect(parent_reports).to eq(2)
     end
 
@@ -310,7 +311,7 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
         end
         Evix.run do
           Fiber.schedule { sleep 0.05 }
-          spin_for_env(0.3)
+          spin_for_env(0.6)
         end
         puts :ok
       RUBY

@@ -110,8 +110,8 @@ RSpec.describe "evix chat (examples/chat.rb)" do
 
   it "kicks a client that sends nothing for --idle seconds and tells the room", timing: true do
     with_chat("--idle", "0.3") do |server|
+      started = LineSocket.now # before the server accepts the idler and starts its clock
       idler, = join(server)
-      started = LineSocket.now
       talker, = join(server)
       expect(idler.gets).to eq("* guest2 joined")
 

@@ -137,8 +137,9 @@ RSpec.describe "Reliability: peers that misbehave" do
       fresh.write("echo\nfresh\n")
       expect(fresh.wait_readable(2)).to be_truthy
       expect(fresh.gets).to eq("fresh\n")
+      fresh.close_write
+      expect(fresh.read).to eq("") # the server saw the end and closed its side
       fresh.close
-      sleep 0.05
       Process.kill(:TERM, pid)
       stats = child_line(reports)
       failures = stats[/failures=(\S*)/, 1].split(",")

@@ -29,6 +29,7 @@ module EvixChildProcess
     reader, writer = IO.pipe
     stderr = Tempfile.new("evix-child")
     pid = fork { report_outcome(reader, writer, stderr.path, &) }
+    (@evix_children ||= []) << pid # killed after the example if the deadline ends it first
     writer.close
     data = read_until_eof(reader, timeout)
     status = wait_child(pid, timeout: 1)
