@@ -28,7 +28,7 @@ RSpec.describe Evix::Offload do
             end
           end
           result = Evix.offload do
-            sleep 0.1
+            sleep 0.3
             :from_the_pool
           end
           done = true
@@ -37,7 +37,7 @@ RSpec.describe Evix::Offload do
       end
       expect(value).to eq(:from_the_pool)
       expect(ticks).to be >= 5
-      expect(took).to be_between(0.09, 0.5)
+      expect(took).to be_between(0.29, 1)
     end
 
     it "runs the block on another thread" do
@@ -153,7 +153,7 @@ RSpec.describe Evix::Offload do
       value = nil
       evloop.spawn do
         value = evloop.offload do
-          sleep 0.1
+          sleep 0.3
           :task_value
         end
       end

@@ -225,7 +225,7 @@ RSpec.describe "Evix.run" do
           end
         end
         value = Evix.run do
-          sleep 0.1
+          sleep 0.3
           :slept
         end
         done = true

@@ -111,7 +111,7 @@ RSpec.describe Evix::Scheduler, "I/O" do
         result = Evix.run do
           start_ticker(state)
           Fiber.schedule do
-            sleep 0.1
+            sleep 0.3
             w.write("late\n")
           end
           r.gets
@@ -572,7 +572,7 @@ RSpec.describe Evix::Scheduler, "I/O" do
           scheduler = counting_scheduler_class.new
           result = run_with(scheduler) do
             start_ticker(state)
-            IO.select([r], nil, nil, 0.15) # rubocop:disable Lint/IncompatibleIoSelectWithFiberScheduler -- under test
+            IO.select([r], nil, nil, 0.3) # rubocop:disable Lint/IncompatibleIoSelectWithFiberScheduler -- under test
           ensure
             state[:done] = true
           end

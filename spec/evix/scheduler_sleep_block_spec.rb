@@ -80,7 +80,7 @@ RSpec.describe Evix::Scheduler, "sleeping and blocking" do
       state = {}
       error = Evix.run do
         start_ticker(state)
-        Timeout.timeout(0.15) { sleep 1 }
+        Timeout.timeout(0.3) { sleep 1 }
       rescue Timeout::Error => e
         e
       ensure
@@ -269,7 +269,7 @@ RSpec.describe Evix::Scheduler, "sleeping and blocking" do
     it "joins a thread from a fiber while other fibers keep running", timing: true do
       state = {}
       thread = helper_thread do
-        sleep 0.1
+        sleep 0.3
         42
       end
       value = Evix.run do

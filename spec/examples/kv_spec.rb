@@ -240,16 +240,16 @@ RSpec.describe "evix kv (examples/kv.rb)" do
       expect(kv("TTL key")).to eq("-1")
       expect(kv("EXPIRE key 2.5")).to eq("1")
       expect(kv("TTL key")).to eq("3")
-      expect(kv("EXPIRE key 0.2")).to eq("1") # a new EXPIRE replaces the old deadline
+      expect(kv("EXPIRE key 0.5")).to eq("1") # a new EXPIRE replaces the old deadline
       expect(kv("TTL key")).to eq("1")
     end
 
     it "removes a key when its expiry passes, from EXPIRE or SET's PX", timing: true do
       expect(kv("SET key value")).to eq("OK")
-      expect(kv("EXPIRE key 0.2")).to eq("1")
-      expect(kv("SET other value PX 200")).to eq("OK")
+      expect(kv("EXPIRE key 0.5")).to eq("1")
+      expect(kv("SET other value PX 500")).to eq("OK")
       expect(kv("GET key")).to eq("value")
-      sleep 0.35
+      sleep 0.8
       expect(kv("GET key")).to eq("(nil)")
       expect(kv("GET other")).to eq("(nil)")
       expect(kv("TTL key")).to eq("-2")
@@ -264,31 +264,31 @@ RSpec.describe "evix kv (examples/kv.rb)" do
 
     it "cancels the expiry on DEL: a key set again afterwards stays", timing: true do
       expect(kv("SET key old")).to eq("OK")
-      expect(kv("EXPIRE key 0.2")).to eq("1")
+      expect(kv("EXPIRE key 0.5")).to eq("1")
       expect(kv("DEL key")).to eq("1")
       expect(kv("SET key new")).to eq("OK")
-      sleep 0.35
+      sleep 0.8
       expect(kv("GET key")).to eq("new")
       expect(kv("TTL key")).to eq("-1")
     end
 
     it "cancels the expiry on SET, keeps it on INCR", timing: true do
       expect(kv("SET key old")).to eq("OK")
-      expect(kv("EXPIRE key 0.2")).to eq("1")
+      expect(kv("EXPIRE key 0.5")).to eq("1")
       expect(kv("SET key new")).to eq("OK")
       expect(kv("TTL key")).to eq("-1")
       expect(kv("SET n 1 EX 30")).to eq("OK")
       expect(kv("INCR n")).to eq("2")
       expect(kv("TTL n")).to eq("30")
-      sleep 0.35
+      sleep 0.8
       expect(kv("GET key")).to eq("new")
     end
 
     it "keeps only the latest EXPIRE's timer", timing: true do
       expect(kv("SET key value")).to eq("OK")
-      expect(kv("EXPIRE key 0.2")).to eq("1")
+      expect(kv("EXPIRE key 0.5")).to eq("1")
       expect(kv("EXPIRE key 10")).to eq("1")
-      sleep 0.35
+      sleep 0.8
       expect(kv("GET key")).to eq("value")
       expect(kv("TTL key")).to eq("10")
     end
