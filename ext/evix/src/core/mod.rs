@@ -757,11 +757,7 @@ impl<C: Clone> Loop<C> {
         let outcome = driver.block(&self.shared.waker, &mut || backend.wait(events, timeout));
         self.shared.after_block();
         *look_first = events.len() > 1;
-        let result = outcome.map_err(|e| {
-            events.clear();
-            RunError::Callback(e)
-        })?;
-        result.map_err(RunError::Io)?;
+        outcome.map_err(RunError::Callback)?.map_err(RunError::Io)?;
         Ok(true)
     }
 
