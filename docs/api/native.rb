@@ -342,6 +342,29 @@ module Evix
     # @return [Integer] the bytes written, or -errno
     def io_write(io, buffer, length, offset = 0); end
 
+    # #io_read as Ruby 4.1 calls it (Scheduler::Interface): one non-blocking
+    # read of at most +length+ bytes into +buffer+ at +offset+. An IO whose
+    # bytes Ruby's own read buffer holds goes to #io_read_other_once.
+    # @param io [::IO]
+    # @param buffer [IO::Buffer]
+    # @param offset [Integer]
+    # @param length [Integer]
+    # @return [Integer] the bytes read (0 at end of stream, or for a +length+
+    #   of 0 without a read), -EAGAIN if nothing is there, or -errno
+    # @raise [ArgumentError] +offset+ + +length+ exceeds the buffer's size
+    def io_read_once(io, buffer, offset, length); end
+
+    # #io_write as Ruby 4.1 calls it (Scheduler::Interface): one non-blocking
+    # write of at most +length+ bytes from +buffer+ at +offset+.
+    # @param io [::IO]
+    # @param buffer [IO::Buffer]
+    # @param offset [Integer]
+    # @param length [Integer]
+    # @return [Integer] the bytes written (0 for a +length+ of 0), -EAGAIN
+    #   if the kernel takes none now, or -errno
+    # @raise [ArgumentError] +offset+ + +length+ exceeds the buffer's size
+    def io_write_once(io, buffer, offset, length); end
+
     private
 
     # Sets the loop the scheduler runs on, once (from #initialize).
@@ -363,6 +386,11 @@ module Evix
     # @return [Integer, nil] the ready READ/WRITE bits, nil on timeout
     # @raise [IOError] the IO is closed before or during the wait
     def wait_for(io, interest, timeout = nil); end
+
+    # For the nursery's deadlock check: the fibers waiting in #block without
+    # a timeout, and those in #kernel_sleep without a duration.
+    # @return [Array(Integer, Integer)] [blockers, sleepers]
+    def waits_by_kind; end
   end
 
   # A loop's pulse as its stall watchdog thread sees it (Loop#on_stall). It

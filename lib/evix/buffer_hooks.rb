@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "scheduler_interface"
+
 module Evix
   class Scheduler
     # The Fiber::Scheduler hooks that move bytes through an IO::Buffer and
@@ -10,8 +12,8 @@ module Evix
     # Each does its system call so that Ruby does not route it back into the
     # scheduler (inside a blocking fiber where that is needed).
     module BufferHooks
-      if RUBY_VERSION >= "3.3"
-        # Fiber::Scheduler hook (IO#pread, Ruby >= 3.3): reads at file offset +from+.
+      if Interface::SELECT_AND_PREAD
+        # Fiber::Scheduler hook (IO#pread, Ruby 3.3 to 4.0): reads at file offset +from+.
         # @param io [::IO]
         # @param buffer [IO::Buffer]
         # @param from [Integer] the file offset
@@ -36,6 +38,48 @@ module Evix
         rescue SystemCallError => e
           -e.errno
         end
+      end
+
+      # Fiber::Scheduler hook io_pread as Ruby 4.1 calls it (the one on
+      # Ruby 4.1, see Interface): one read of at most +length+ bytes at file
+      # offset +from+ into +buffer+ at +offset+.
+      # @param io [::IO]
+      # @param buffer [IO::Buffer]
+      # @param from [Integer] the file offset
+      # @param offset [Integer] where in +buffer+
+      # @param length [Integer] at most this many bytes
+      # @return [Integer] bytes read (0 at end of file), or -errno
+      def io_pread_once(io, buffer, from, offset, length)
+        check_range(buffer, offset, length)
+        return 0 if length.zero?
+
+        chunk = blocking { io.pread(length, from) }
+        buffer.set_string(chunk, offset)
+        chunk.bytesize
+      rescue EOFError
+        0
+      rescue SystemCallError => e
+        -e.errno
+      end
+
+      # The Ruby half of #io_read_once (called by the native hook): one read
+      # of at most +length+ bytes from an IO whose bytes Ruby's own read
+      # buffer holds (an ungetc).
+      # @param io [::IO]
+      # @param buffer [IO::Buffer]
+      # @param offset [Integer]
+      # @param length [Integer]
+      # @return [Integer] bytes read (0 at end of file), -EAGAIN, or -errno
+      def io_read_other_once(io, buffer, offset, length)
+        check_range(buffer, offset, length)
+        chunk = read_nonblock(io, [length, SCRATCH_LIMIT].min)
+        return -EAGAIN if :wait_readable == chunk # rubocop:disable Style/YodaCondition -- no method call
+        return 0 unless chunk
+
+        buffer.set_string(chunk, offset)
+        chunk.bytesize
+      rescue SystemCallError => e
+        -e.errno
       end
 
       # io_pwrite is not defined: Ruby 3.3 and 3.4 call it from inside
@@ -83,6 +127,12 @@ module Evix
       end
 
       private
+
+      def check_range(buffer, offset, length)
+        return if offset + length <= buffer.size
+
+        raise ArgumentError, "offset + length exceeds the buffer's size (#{offset} + #{length} > #{buffer.size})"
+      end
 
       def setup_buffer_hooks
         @scratch = ::String.new(capacity: 16 * 1024, encoding: Encoding::BINARY)

@@ -16,13 +16,17 @@ module Evix
 
     # @param loop [Evix::Loop]
     # @param cancel_timeout [Numeric] seconds cancelled tasks get to finish
-    def initialize(loop, cancel_timeout: 5)
+    # @param woken_from_outside [#call, nil] true when something outside the
+    #   loop may still end a parked wait (Evix::Scheduler: a fiber blocked on
+    #   a Mutex or Queue while other threads live); nil: nothing can
+    def initialize(loop, cancel_timeout: 5, woken_from_outside: nil)
       unless cancel_timeout.is_a?(Numeric) && cancel_timeout >= 0 && !cancel_timeout.to_f.nan?
         raise ArgumentError, "cancel_timeout must be a non-negative number of seconds (got #{cancel_timeout.inspect})"
       end
 
       @loop = loop
       @cancel_timeout = cancel_timeout
+      @woken_from_outside = woken_from_outside
       @tasks = {}.compare_by_identity # each task => the on_finish its spawner gave, or nil
       @task_finished = method(:finished) # one for every task: no Proc per spawn
       @failure = nil
@@ -75,8 +79,12 @@ module Evix
     end
 
     # Runs the loop until every task has finished, or the cancellation bound
-    # passed, or the tasks left can no longer be woken (parked outside any
-    # wait of the loop): those are abandoned with a warning.
+    # passed, or the tasks left can no longer be woken. Tasks parked outside
+    # any wait of the loop are abandoned with a warning. Tasks parked in the
+    # loop's waits with nothing that could end them (see #deadlocked?) are a
+    # deadlock: it fails the run with an Evix::Error naming each task and
+    # where it waits, and cancels them all (if they deadlock again, they are
+    # abandoned).
     # @return [nil]
     def drive
       until @tasks.empty?
@@ -86,6 +94,12 @@ module Evix
         alive = @loop.alive?
         return abandon("parked outside any wait of the loop") if stuck?(alive)
 
+        if deadlocked?(alive)
+          return abandon("deadlocked") if @failure
+
+          fail_with(deadlock_error)
+          next
+        end
         turn(alive, left)
       end
       nil
@@ -133,6 +147,29 @@ module Evix
     def stuck?(alive)
       !alive && @loop.waiters.zero?
     end
+
+    # Tasks wait in the loop and nothing can end their waits: the loop has
+    # nothing referenced (no watcher, timer, hold such as an offload job, nor
+    # queued or posted callback), and nothing outside it may end one either.
+    def deadlocked?(alive)
+      !alive && @loop.waiters.positive? && !@woken_from_outside&.call
+    end
+
+    def deadlock_error
+      waits = @tasks.each_key.map { |task| "  #{task.inspect} waits #{where(task)}" }
+      Error.new("deadlock: #{@tasks.size} task(s) wait and nothing can wake them " \
+                "(no watcher, timer, hold, post or other thread):\n#{waits.join("\n")}")
+    end
+
+    # The first frame of the task's fiber outside evix: the wait it is in.
+    def where(task)
+      frames = task.fiber.backtrace_locations || []
+      frame = frames.find { |f| !f.path.start_with?(LIB, "<internal:") } || frames.first
+      frame ? "at #{frame}" : "outside any wait of the loop"
+    end
+
+    LIB = File.expand_path("..", __dir__)
+    private_constant :LIB
 
     def abandon(why)
       @tasks.each_key { |task| warn "evix: abandoned #{task.inspect} (#{why})" }

@@ -113,7 +113,9 @@ module Evix
 
     # Under @lock.
     def start_thread
-      @threads << Thread.new { work_off }
+      # Named so the scheduler's deadlock check knows an idle pool thread
+      # cannot release a Mutex or Queue (a busy one holds the loop).
+      @threads << Thread.new { work_off }.tap { |thread| thread.name = "evix offload" }
     end
 
     def work_off

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "English"
 require "socket"
 require_relative "buffer_hooks"
 
@@ -25,7 +26,8 @@ module Evix
     def initialize(loop = nil, cancel_timeout: 5)
       @owns_loop = loop.nil?
       attach(loop || Loop.new.tap { |own| own.send(:disown) })
-      @nursery = Nursery.new(self.loop, cancel_timeout: cancel_timeout)
+      @nursery = Nursery.new(self.loop, cancel_timeout: cancel_timeout,
+                                        woken_from_outside: method(:woken_from_outside?))
       @pid = Process.pid
       setup_buffer_hooks
     end
@@ -64,9 +66,12 @@ module Evix
     # called directly (then it also uninstalls the scheduler): runs the
     # remaining fibers to completion (cancelling them first when the thread
     # is being killed), closes the loop it created, and raises the first
-    # exception a fiber left unhandled (see Evix::Nursery). Raises
-    # Evix::Error from one of the scheduler's own fibers, which could never
-    # finish.
+    # exception a fiber left unhandled (see Evix::Nursery), or Evix::Error
+    # if fibers wait and nothing can wake them. When an exception is already
+    # on its way out (a thread ending with one), that one goes on: the
+    # scheduler's failure is added to its #suppressed and printed as a
+    # warning instead of replacing it. Raises Evix::Error from one of the
+    # scheduler's own fibers, which could never finish.
     # @return [nil]
     def close
       # A child forked inside Evix.run inherits this scheduler: its fibers
@@ -80,13 +85,24 @@ module Evix
       begin
         @nursery.cancel_all("the thread is being killed") if Thread.current.status == "aborting"
         run
-        @nursery.raise_failure
+        $ERROR_INFO ? keep_unwinding($ERROR_INFO) : @nursery.raise_failure
       ensure
         loop.close if @owns_loop && !loop.closed?
         Fiber.set_scheduler(nil) if Fiber.scheduler.equal?(self)
       end
       nil
     end
+
+    # #close while +error+ propagates: the nursery's failure must not hide it.
+    def keep_unwinding(error)
+      failure = @nursery.failure
+      return if failure.nil? || failure.equal?(error)
+
+      error.extend(Suppressed) unless error.is_a?(Suppressed)
+      error.suppressed << failure
+      warn "evix: #{failure.class}: #{failure.message} (while #{error.class} ended the thread)"
+    end
+    private :keep_unwinding
 
     # @return [Boolean] whether this process only inherited the scheduler
     #   through fork (its loop and fibers belong to the parent)
@@ -114,6 +130,24 @@ module Evix
     # #loop (the Evix::Loop the scheduler runs on) and the waiting state
     # #unblock uses, kept in the native object. Their YARD comments are in
     # docs/api/native.rb.
+
+    # Whether a fiber parked in #block or #kernel_sleep may still be woken
+    # from outside the loop (the nursery's deadlock check): one sleeps
+    # without a duration (as without a scheduler, a sleep for ever is not a
+    # deadlock), or one waits on a Mutex, Queue, ConditionVariable or
+    # Thread#join while another thread lives that may release it (evix's
+    # own idle threads, named "evix ...", cannot).
+    def woken_from_outside?
+      blockers, sleepers = waits_by_kind
+      sleepers.positive? ||
+        (blockers.positive? && Thread.list.any? { |t| !t.equal?(Thread.current) && t.alive? && !evix_thread?(t) })
+    end
+    private :woken_from_outside?
+
+    def evix_thread?(thread)
+      thread.name&.start_with?("evix ")
+    end
+    private :evix_thread?
 
     # #unblock (C, any thread) from a thread other than the loop's: the
     # fiber is woken on the loop's thread.
@@ -158,7 +192,7 @@ module Evix
       timer&.cancel
     end
 
-    if RUBY_VERSION >= "3.3"
+    if Interface::SELECT_AND_PREAD
       # Fiber::Scheduler hook (IO.select, Ruby >= 3.3). Ruby passes only the
       # arguments IO.select was given (IO.select([r]) calls
       # io_select(readables)), so all but the first are optional. A select
@@ -212,12 +246,53 @@ module Evix
     # one from the many short ones. Without it Ruby runs them in the fiber's
     # thread, as 3.1 and 3.3 do.
 
-    if RUBY_VERSION >= "3.5"
-      # Fiber::Scheduler hook (Ruby >= 3.5): raises +exception+ in +fiber+.
-      # @return [nil]
-      def fiber_interrupt(fiber, exception)
-        loop.post { loop.interrupt(fiber, exception) if fiber.alive? }
-        nil
+    # Fiber::Scheduler hook (Ruby >= 4.0: IO#close interrupts the fibers
+    # waiting on that IO with it), safe from any thread: raises +exception+
+    # in +fiber+ if it is still parked on the loop when the loop's thread
+    # gets to it; a fiber that has left its wait meanwhile (the close
+    # already ended it) is left alone. Ruby 4.1 may pass another object
+    # standing for the fiber: it is sent #raise(exception), as Fiber#raise.
+    # @param fiber [Fiber, #raise]
+    # @param exception [Exception]
+    # @return [nil]
+    def fiber_interrupt(fiber, exception)
+      loop.post { interrupt_parked(fiber, exception) }
+      nil
+    rescue Error # the loop is closed, or belongs to the parent of this forked process
+      nil
+    end
+
+    # Fiber::Scheduler hook (Ruby >= 4.0): lets the loop run everything
+    # else that is ready, then goes on (a zero sleep).
+    # @return [nil]
+    def yield
+      kernel_sleep(0)
+      nil
+    end
+
+    # Fiber::Scheduler hook (Ruby >= 4.0), before Ruby closes +descriptor+: the loop
+    # forgets its registration while the fd is open and ends the waits on
+    # it, as IO#close does in every loop (IOPatches). Ruby closes the fd.
+    # @param descriptor [Integer, ::IO]
+    # @return [nil]
+    def io_close(descriptor)
+      release(descriptor)
+      nil
+    end
+
+    if Interface::SINGLE_TRANSFER
+      alias io_read io_read_once
+      alias io_write io_write_once
+      alias io_pread io_pread_once
+    end
+
+    private
+
+    def interrupt_parked(fiber, exception)
+      if fiber.is_a?(Fiber)
+        loop.interrupt(fiber, exception) if loop.__send__(:wait_of, fiber)
+      elsif fiber.respond_to?(:raise)
+        fiber.raise(exception)
       end
     end
   end

@@ -72,6 +72,9 @@ module Evix
     #   Evix::TimeoutError (the task keeps running)
     # @return [Object] the block's value
     def wait(timeout: nil)
+      # As Thread#join raises for the current thread: it would wait for ever.
+      raise Error, "a task cannot wait for itself (#{inspect})" if alive? && equal?(Task.current)
+
       if alive?
         Task.current&.loop.equal?(@loop) ? wait_in_fiber(timeout) : drive_loop(timeout)
         raise TimeoutError, "task still running after #{timeout}s" if alive?

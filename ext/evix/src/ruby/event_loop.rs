@@ -297,6 +297,12 @@ impl RbLoop {
         Ok(Self::this(ruby, &rb_self)?.forked())
     }
 
+    /// Whether the calling thread is the one `rb_self` belongs to.
+    pub(super) fn on_own_thread(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
+        let this = Self::this(ruby, &rb_self)?;
+        Ok(!this.forked() && this.owner.get() == current_thread())
+    }
+
     fn forked(&self) -> bool {
         self.fork_generation != fork::generation()
     }
@@ -659,14 +665,12 @@ impl RbLoop {
     /// The fibers waiting on it raise `Evix::ClosedError` (on the next tick).
     fn release_io(ruby: &Ruby, rb_self: &Self, target: Value) -> Result<(), Error> {
         let core = rb_self.usable(ruby)?;
-        if let (fd, Some(_)) = descriptor(ruby, target)? {
-            rb_self.check_not_reserved(ruby, fd)?;
-            errors::guard(ruby, || {
-                core.release_fd(fd);
-                Ok(())
-            })?;
-        }
-        Ok(())
+        let (fd, _) = descriptor(ruby, target)?;
+        rb_self.check_not_reserved(ruby, fd)?;
+        errors::guard(ruby, || {
+            core.release_fd(fd);
+            Ok(())
+        })
     }
 
     /// `Evix::Loop.io_closing(io)`: `io` is about to be closed (IO#close,

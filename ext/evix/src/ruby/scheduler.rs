@@ -39,31 +39,63 @@ use std::time::Duration;
 
 static POST_WAKE: LazyId = LazyId::new("post_wake");
 static IO_READ_OTHER: LazyId = LazyId::new("io_read_other");
+static IO_READ_OTHER_ONCE: LazyId = LazyId::new("io_read_other_once");
 static NONBLOCK_CALL: LazyId = LazyId::new("nonblock_call?");
 static TIMEOUT: LazyId = LazyId::new("timeout");
 static STAT: LazyId = LazyId::new("stat");
 static IS_FILE: LazyId = LazyId::new("file?");
 
 /// The scheduler's waiting state, marked by the GC with the object: its
-/// loop, the fibers waiting in `block`/`kernel_sleep` (for `unblock`), and
-/// which sockets' last read was short. The rest of the class is Ruby
-/// (lib/evix/scheduler.rb), which reaches this only through methods.
+/// loop, the fibers waiting in `block`/`kernel_sleep` (for `unblock`), the
+/// unblocks that came before their block, and which sockets' last read was
+/// short. The rest of the class is Ruby (lib/evix/scheduler.rb), which
+/// reaches this only through methods.
 #[derive(TypedData, Default)]
 #[magnus(class = "Evix::Scheduler", free_immediately, size, mark)]
 pub struct RbScheduler {
     evloop: Cell<Option<Opaque<Value>>>,
     /// A fiber waiting in `block` or `kernel_sleep` (by address) => its
-    /// wait's token. The loop marks the fiber while it is parked.
-    blocked: RefCell<HashMap<u64, u64>>,
+    /// wait. The loop marks the fiber while it is parked.
+    blocked: RefCell<HashMap<u64, Blocked>>,
+    /// Fibers (by address) that another thread unblocked while they were
+    /// not blocked yet: their next `block` returns at once. Ruby puts a
+    /// fiber on a Mutex's or Queue's waiters before it calls `block`, and a
+    /// `block` that releases the GVL first (a subclass's hook that sleeps)
+    /// lets another thread's `unblock` come in between.
+    early: RefCell<HashMap<u64, Opaque<Value>>>,
     /// By fd number: the last read from that socket was short, so the next
     /// one waits first.
     drained: RefCell<Vec<bool>>,
+}
+
+/// A fiber's wait in `block` or `kernel_sleep`.
+#[derive(Clone, Copy)]
+struct Blocked {
+    token: u64,
+    kind: BlockedKind,
+}
+
+/// What may end a wait in `block` or `kernel_sleep` besides its timeout
+/// (see `waits_by_kind`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BlockedKind {
+    /// `block` on a Mutex, Queue, ConditionVariable, Thread#join...: the
+    /// `unblock` of whichever thread releases the blocker.
+    Blocker,
+    /// `kernel_sleep` without a duration: like `sleep` without a scheduler,
+    /// a wait for ever that only `unblock` (or an exception) ends.
+    Sleep,
+    /// A wait with a timeout: its timer keeps the loop alive.
+    Timed,
 }
 
 impl DataTypeFunctions for RbScheduler {
     fn mark(&self, marker: &Marker) {
         if let Some(evloop) = self.evloop.get() {
             marker.mark(evloop);
+        }
+        for fiber in self.early.borrow().values() {
+            marker.mark(*fiber);
         }
     }
 }
@@ -109,11 +141,34 @@ impl RbScheduler {
     /// `wake(fiber, value)`, private, on the loop's thread (`unblock` posts
     /// it): ends `fiber`'s wait in `block`/`kernel_sleep` with `value`.
     fn wake(ruby: &Ruby, rb_self: &Self, fiber: Fiber, value: Value) -> Result<bool, Error> {
-        let token = rb_self.blocked.borrow().get(&owner_of(fiber)).copied();
+        let token = rb_self.token_of(owner_of(fiber));
         match token {
             Some(token) => RbLoop::resume_with(ruby, rb_self.evloop(ruby)?, token, value),
             None => Ok(false),
         }
+    }
+
+    fn token_of(&self, owner: u64) -> Option<u64> {
+        self.blocked.borrow().get(&owner).map(|wait| wait.token)
+    }
+
+    /// `waits_by_kind`, private (for the nursery's deadlock check): how many
+    /// fibers wait in `block` on a blocker without a timeout, and how many
+    /// sleep without a duration, as `[blockers, sleepers]`.
+    fn waits_by_kind(&self) -> (usize, usize) {
+        let blocked = self.blocked.borrow();
+        let count = |kind| blocked.values().filter(|wait| wait.kind == kind).count();
+        (count(BlockedKind::Blocker), count(BlockedKind::Sleep))
+    }
+
+    /// Notes an `unblock` from another thread for a fiber not blocked yet;
+    /// forgets those of fibers that have ended.
+    fn note_early(&self, ruby: &Ruby, owner: u64, fiber: Fiber) {
+        let mut early = self.early.borrow_mut();
+        early.retain(|_, noted| {
+            Fiber::from_value(ruby.get_inner(*noted)).is_some_and(Fiber::is_alive)
+        });
+        early.insert(owner, Opaque::from(fiber.as_value()));
     }
 }
 
@@ -122,14 +177,23 @@ impl RbScheduler {
 /// the loop's thread (a Queue or Mutex between its fibers) the fiber is
 /// queued for the loop's next turn at once; from another thread the wake
 /// is posted (`post_wake`, in Ruby).
+///
+/// From another thread, an `unblock` for a fiber that is not blocked yet is
+/// kept for the fiber's next `block`, which then returns at once (Ruby
+/// checks the blocker again: a wake too many is harmless, one too few
+/// leaves the fiber waiting for ever).
 fn unblock(ruby: &Ruby, rb_self: Value, _blocker: Value, fiber: Value) -> Result<(), Error> {
     let this = RbScheduler::this(ruby, &rb_self)?;
-    let token = Fiber::from_value(fiber)
-        .and_then(|fiber| this.blocked.borrow().get(&owner_of(fiber)).copied());
-    let Some(token) = token else {
-        return Ok(()); // not waiting (any more)
+    let Some(fiber) = Fiber::from_value(fiber) else {
+        return Ok(());
     };
     let evloop = this.evloop(ruby)?;
+    let Some(token) = this.token_of(owner_of(fiber)) else {
+        if !RbLoop::on_own_thread(ruby, evloop)? {
+            this.note_early(ruby, owner_of(fiber), fiber);
+        }
+        return Ok(());
+    };
     if RbLoop::resume_soon(ruby, evloop, token, ruby.qtrue().as_value())?.is_none() {
         let _: Value = rb_self.funcall(*POST_WAKE, (fiber,))?;
     }
@@ -156,7 +220,7 @@ fn kernel_sleep(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<(), Error
         let duration = args::optional_seconds(ruby, args::optional(args, 0), "duration")?;
         return nogvl::sleep_thread(ruby, duration);
     }
-    suspend_blocked(ruby, rb_self, args).map(drop)
+    suspend_blocked(ruby, rb_self, args, BlockedKind::Sleep).map(drop)
 }
 
 /// `Fiber::Scheduler#block(blocker, timeout = nil)` (Mutex, Queue,
@@ -172,7 +236,16 @@ fn block(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<bool, Error> {
         nogvl::sleep_thread(ruby, Some(nap))?;
         return Ok(timeout.is_none_or(|t| t > nap));
     }
-    suspend_blocked(ruby, rb_self, &args[1..]).map(Value::to_bool)
+    let this = RbScheduler::this(ruby, &rb_self)?;
+    if this
+        .early
+        .borrow_mut()
+        .remove(&owner_of(ruby.fiber_current()))
+        .is_some()
+    {
+        return Ok(true); // another thread unblocked it already
+    }
+    suspend_blocked(ruby, rb_self, &args[1..], BlockedKind::Blocker).map(Value::to_bool)
 }
 
 /// How long a forked child's hooks block at a time before they look at
@@ -224,12 +297,24 @@ fn wait_in_child(
 /// Suspends the calling fiber on the scheduler's loop for the optional
 /// timeout in `timeout`, its wait's token noted in `@blocked` meanwhile so
 /// that `unblock` may end it. Returns what ended it (nil: the timeout).
-fn suspend_blocked(ruby: &Ruby, rb_self: Value, timeout: &[Value]) -> Result<Value, Error> {
+fn suspend_blocked(
+    ruby: &Ruby,
+    rb_self: Value,
+    timeout: &[Value],
+    kind: BlockedKind,
+) -> Result<Value, Error> {
     let this = RbScheduler::this(ruby, &rb_self)?;
     let owner = owner_of(ruby.fiber_current());
     let timeout = timeout.first().copied().filter(|t| !t.is_nil());
+    let kind = if timeout.is_some() {
+        BlockedKind::Timed
+    } else {
+        kind
+    };
     let resumed = RbLoop::suspend_with(ruby, this.evloop(ruby)?, timeout, |token| {
-        this.blocked.borrow_mut().insert(owner, token);
+        this.blocked
+            .borrow_mut()
+            .insert(owner, Blocked { token, kind });
         Ok(())
     });
     // Whatever ended the wait (the timer, unblock, an exception raised into
@@ -421,6 +506,115 @@ fn io_write(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error>
     Ok(total.into_value_with(ruby))
 }
 
+/// `Fiber::Scheduler#io_read(io, buffer, offset, length)` as Ruby 4.1
+/// calls it (RUBY_FIBER_SCHEDULER_VERSION 4; see lib/evix/scheduler.rb,
+/// `Interface`): one non-blocking read of at most `length` bytes into
+/// `buffer` at `offset`. The bytes read (0 at end of stream, and for a
+/// `length` of 0 without a read), -EAGAIN when nothing is there (Ruby then
+/// waits with `io_wait` and asks again), or -errno.
+fn io_read_once(
+    ruby: &Ruby,
+    rb_self: Value,
+    io: Value,
+    buffer: Value,
+    offset: Value,
+    length: Value,
+) -> Result<Value, Error> {
+    let (file, offset, length) = single_transfer(ruby, &[io, buffer, offset, length])?;
+    if capi::with_buffer(ruby, buffer, |bytes| bytes.len())? < offset + length {
+        return Err(range_error(ruby));
+    }
+    if length == 0 {
+        return Ok(0.into_value_with(ruby));
+    }
+    let fd = match capi::direct(ruby, file, false) {
+        Direct::Fd(fd) => fd,
+        Direct::Closed => return Err(closed_stream(ruby)),
+        Direct::Ruby => return rb_self.funcall(*IO_READ_OTHER_ONCE, (io, buffer, offset, length)),
+    };
+    let socket = is_socket(ruby, io);
+    let read = capi::with_buffer_mut(ruby, buffer, |bytes| {
+        bytes.get_mut(offset..offset + length).map(|room| {
+            if socket {
+                stream::recv(fd, room)
+            } else {
+                stream::read_nonblocking(fd, room)
+            }
+        })
+    })?
+    .ok_or_else(|| range_error(ruby))?;
+    Ok(transferred(ruby, read))
+}
+
+/// `Fiber::Scheduler#io_write(io, buffer, offset, length)` as Ruby 4.1
+/// calls it: one non-blocking write of at most `length` bytes from `buffer`
+/// at `offset`. The bytes written (0 for a `length` of 0), -EAGAIN when
+/// the kernel takes none now, or -errno.
+fn io_write_once(
+    ruby: &Ruby,
+    _rb_self: Value,
+    io: Value,
+    buffer: Value,
+    offset: Value,
+    length: Value,
+) -> Result<Value, Error> {
+    let (file, offset, length) = single_transfer(ruby, &[io, buffer, offset, length])?;
+    if capi::with_buffer(ruby, buffer, |bytes| bytes.len())? < offset + length {
+        return Err(range_error(ruby));
+    }
+    if length == 0 {
+        return Ok(0.into_value_with(ruby));
+    }
+    let fd = match capi::hook_write_fd(ruby, file) {
+        Direct::Fd(fd) => fd,
+        Direct::Closed => return Err(closed_stream(ruby)),
+        Direct::Ruby => return Ok(negative_errno(ruby, libc::EBADF)),
+    };
+    let socket = is_socket(ruby, io);
+    let sent = capi::with_buffer(ruby, buffer, |bytes| {
+        bytes.get(offset..offset + length).map(|rest| {
+            if socket {
+                stream::send(fd, rest)
+            } else {
+                stream::write_nonblocking(fd, rest)
+            }
+        })
+    })?
+    .ok_or_else(|| range_error(ruby))?;
+    Ok(transferred(ruby, sent))
+}
+
+/// The IO, offset and length of a single-transfer `io_read`/`io_write`.
+fn single_transfer(ruby: &Ruby, args: &[Value]) -> Result<(RFile, usize, usize), Error> {
+    let count = |value: Value| Integer::from_value(value)?.to_usize().ok();
+    let parsed = RFile::from_value(args[0])
+        .zip(count(args[2]))
+        .zip(count(args[3]));
+    let ((file, offset), length) = parsed.ok_or_else(|| {
+        Error::new(
+            ruby.exception_type_error(),
+            "io_read/io_write(io, buffer, offset, length) take an IO and two Integers >= 0",
+        )
+    })?;
+    if offset.checked_add(length).is_none() {
+        return Err(range_error(ruby));
+    }
+    Ok((file, offset, length))
+}
+
+/// One transfer's outcome as the hooks return it: bytes, -EAGAIN, -errno.
+fn transferred(ruby: &Ruby, outcome: io::Result<usize>) -> Value {
+    match outcome {
+        Ok(n) => n.into_value_with(ruby),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => negative_errno(ruby, libc::EAGAIN),
+        Err(e) => negative_errno(ruby, e.raw_os_error().unwrap_or(libc::EIO)),
+    }
+}
+
+fn range_error(ruby: &Ruby) -> Error {
+    errors::argument(ruby, "offset + length exceeds the buffer's size".into())
+}
+
 /// `wait_for(io, interest, timeout = io.timeout)`, private, for the Ruby
 /// hooks: the ready Evix::READ/WRITE bits, nil on timeout.
 fn wait_for_method(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
@@ -565,6 +759,9 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("io_wait", method!(io_wait, -1))?;
     class.define_method("io_read", method!(io_read, -1))?;
     class.define_method("io_write", method!(io_write, -1))?;
+    class.define_method("io_read_once", method!(io_read_once, 4))?;
+    class.define_method("io_write_once", method!(io_write_once, 4))?;
     class.define_private_method("wait_for", method!(wait_for_method, -1))?;
+    class.define_private_method("waits_by_kind", method!(RbScheduler::waits_by_kind, 0))?;
     Ok(())
 }
