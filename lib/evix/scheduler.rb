@@ -68,9 +68,9 @@ module Evix
     # is being killed), closes the loop it created, and raises the first
     # exception a fiber left unhandled (see Evix::Nursery), or Evix::Error
     # if fibers wait and nothing can wake them. When an exception is already
-    # on its way out (a thread ending with one), that one goes on: the
-    # scheduler's failure is added to its #suppressed and printed as a
-    # warning instead of replacing it. Raises Evix::Error from one of the
+    # on its way out (a thread ending with one, or close called in a
+    # rescue), that one is raised instead, with the scheduler's failure in
+    # its #suppressed and printed as a warning. Raises Evix::Error from one of the
     # scheduler's own fibers, which could never finish.
     # @return [nil]
     def close
@@ -82,10 +82,11 @@ module Evix
       end
 
       @closed = true
+      unwinding = $ERROR_INFO # before the loop runs fibers, which may reset it
       begin
         @nursery.cancel_all("the thread is being killed") if Thread.current.status == "aborting"
         run
-        $ERROR_INFO ? keep_unwinding($ERROR_INFO) : @nursery.raise_failure
+        unwinding ? keep_unwinding(unwinding) : @nursery.raise_failure
       ensure
         loop.close if @owns_loop && !loop.closed?
         Fiber.set_scheduler(nil) if Fiber.scheduler.equal?(self)
@@ -93,7 +94,9 @@ module Evix
       nil
     end
 
-    # #close while +error+ propagates: the nursery's failure must not hide it.
+    # #close while +error+ propagates: the nursery's failure must not hide
+    # it. It is raised again (running the fibers may have cleared $!, and a
+    # thread whose close returns then ends as if nothing was raised).
     def keep_unwinding(error)
       failure = @nursery.failure
       return if failure.nil? || failure.equal?(error)
@@ -101,6 +104,7 @@ module Evix
       error.extend(Suppressed) unless error.is_a?(Suppressed)
       error.suppressed << failure
       warn "evix: #{failure.class}: #{failure.message} (while #{error.class} ended the thread)"
+      raise error
     end
     private :keep_unwinding
 

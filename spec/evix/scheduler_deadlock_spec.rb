@@ -190,6 +190,28 @@ RSpec.describe Evix::Scheduler, "deadlocks and lost wake-ups" do
       expect(locked).to be(false) # the parked fiber was cancelled: synchronize let go
     end
 
+    # Ruby 3.1 does not close the scheduler of a thread that ends with an
+    # exception; 3.3 and 3.4 do, with that exception in $!. Before: the
+    # deadlock error replaced the thread's own exception (test_mutex_deadlock
+    # on 3.4 saw no ThreadError).
+    it "keeps the exception that ends the thread, with the deadlock in its #suppressed", if: RUBY_VERSION >= "3.3" do
+      outcome = in_child(timeout: 5) do
+        thread = Thread.new do
+          Thread.current.report_on_exception = false
+          scheduler = Evix::Scheduler.new
+          Fiber.set_scheduler(scheduler)
+          Fiber.schedule { scheduler.loop.suspend }
+          raise ArgumentError, "the thread's own"
+        end
+        begin
+          thread.join
+        rescue ArgumentError => e
+          [e.message, e.suppressed.map { |s| [s.class.name, s.message[/deadlock: 1 task/]] }]
+        end
+      end
+      expect(outcome).to eq(["the thread's own", [["Evix::Error", "deadlock: 1 task"]]])
+    end
+
     it "makes Scheduler#close raise Evix::Error naming a fiber parked for good, at once" do
       outcome = in_child(timeout: 5) do
         scheduler = Evix::Scheduler.new
