@@ -90,6 +90,14 @@ module Evix
       @signals.remove(signal)
     end
 
+    # Whether a signal block of this loop may still run (its watcher is
+    # unref'd, so #alive? does not count it): the nursery's deadlock check.
+    # @return [Boolean]
+    def handles_signals?
+      !@signals.nil? && !@signals.empty?
+    end
+    private :handles_signals?
+
     # Restores signal handlers, then closes the loop. See the native #close.
     module Closing
       # @return [nil]

@@ -150,15 +150,16 @@ module Evix
 
     # Tasks wait in the loop and nothing can end their waits: the loop has
     # nothing referenced (no watcher, timer, hold such as an offload job, nor
-    # queued or posted callback), and nothing outside it may end one either.
+    # queued or posted callback) and no signal block, and nothing outside it
+    # may end one either.
     def deadlocked?(alive)
-      !alive && @loop.waiters.positive? && !@woken_from_outside&.call
+      !alive && @loop.waiters.positive? && !@loop.__send__(:handles_signals?) && !@woken_from_outside&.call
     end
 
     def deadlock_error
       waits = @tasks.each_key.map { |task| "  #{task.inspect} waits #{where(task)}" }
       Error.new("deadlock: #{@tasks.size} task(s) wait and nothing can wake them " \
-                "(no watcher, timer, hold, post or other thread):\n#{waits.join("\n")}")
+                "(no watcher, timer, hold, post, signal block or other thread):\n#{waits.join("\n")}")
     end
 
     # The first frame of the task's fiber outside evix: the wait it is in.

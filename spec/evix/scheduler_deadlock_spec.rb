@@ -153,6 +153,23 @@ RSpec.describe Evix::Scheduler, "deadlocks and lost wake-ups" do
       expect(outcome).to eq(:late)
     end
 
+    # A signal block's watcher is unref'd (it does not keep a run going), but
+    # it may still wake a task.
+    it "is no deadlock while the loop has a signal block that may wake the task" do
+      outcome = in_child(timeout: 5) do
+        Evix.run do
+          queue = Evix::Queue.new
+          Fiber.scheduler.loop.add_signal(:USR2) { queue.push(:signalled) }
+          Thread.new do
+            sleep 0.3
+            Process.kill(:USR2, Process.pid)
+          end
+          queue.pop
+        end
+      end
+      expect(outcome).to eq(:signalled)
+    end
+
     it "is no deadlock while an offload job is out (the job's hold), nor while a fiber sleeps for ever" do
       outcome = in_child(timeout: 5) do
         offloaded = Evix.run do
