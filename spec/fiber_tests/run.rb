@@ -58,6 +58,7 @@ module FiberTests
       columns = { reference: copy_tests(source, tmp, :reference), evix: copy_tests(source, tmp, :evix) }
       results = columns.to_h { |name, dir| [name, Thread.new { run_column(source, dir, name) }] }
                        .transform_values(&:value)
+      puts "test/fiber of #{File.basename(source)}"
       exit(report(results[:reference], results[:evix]))
     end
   end
