@@ -41,7 +41,9 @@ module Evix
     private
 
     # The next chunk of input, a String of its own, or nil at end of file;
-    # Evix::ClosedError on a closed IO (#read leaves that check to it).
+    # Evix::ClosedError on a closed IO (#read leaves that check to it). A
+    # reset is the kernel's error (Errno::ECONNRESET), never an end of file:
+    # a body cut short must not look complete.
     # After a short read the kernel buffer is most likely empty: wait first
     # instead of paying a read that fails with EAGAIN (the registration is
     # level-triggered, so data that is already there wakes the wait at once).
@@ -93,8 +95,6 @@ module Evix
       end
       # After close_read: end of file, unless the IO is closed altogether.
       raise ClosedError, "IO is closed" if io.closed?
-    rescue Errno::ECONNRESET
-      nil
     rescue ::IOError
       raise ClosedError, "IO is closed" if @io.closed?
 
