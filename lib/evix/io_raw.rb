@@ -93,14 +93,27 @@ module Evix
         @idle_timer&.again
         return chunk
       end
-      # After close_read: end of file, unless the IO is closed altogether.
       raise ClosedError, "IO is closed" if io.closed?
+
+      read_arrived(maxlen)
     rescue ::IOError
       raise ClosedError, "IO is closed" if @io.closed?
 
       raise
     end
     # rubocop:enable Metrics
+
+    # After #close_read: what the kernel already holds, without waiting;
+    # once a read finds nothing, end of file for good.
+    def read_arrived(maxlen)
+      return unless @arrived
+
+      chunk = @socket ? read_socket(@io, maxlen) : read_other(maxlen)
+      return chunk if chunk.is_a?(String)
+
+      @arrived = false
+      nil
+    end
 
     # A read from an IO that is not a socket (a pipe, a tty, a file): into the
     # loop's scratch buffer, then a copy the size of what came.

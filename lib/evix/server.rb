@@ -88,10 +88,14 @@ module Evix
       @listener.closed?
     end
 
-    # Drains: stops accepting, lets connections finish what they are writing
-    # (their reads see end of file), and force-closes what is left at the
-    # deadline: their handlers are cancelled (Evix::CancelledError at their
-    # wait, ensure blocks run). Returns when the drain is over. Inside a task (and a block
+    # Drains: answers what arrived before it began, stops accepting, and
+    # force-closes what is left at the deadline. What arrived: every
+    # connection accepted or waiting in the listen backlog (accepted now),
+    # and the input the kernel holds for each. Their reads get that input,
+    # then end of file (Evix::IO#close_read), so a request that had arrived
+    # is answered and an idle connection ends at once; writes go on. At the
+    # deadline the handlers left are cancelled (Evix::CancelledError at
+    # their wait, ensure blocks run). Returns when the drain is over. Inside a task (and a block
     # of Loop#add_signal runs in one) the calling fiber waits while the loop
     # goes on; outside Loop#run, the loop runs. A plain callback (add_timer,
     # add_io) cannot wait: spawn a task there.
@@ -101,6 +105,7 @@ module Evix
     # @raise [ArgumentError] for a negative or non-finite timeout
     def shutdown(timeout: 5)
       timeout = Server.seconds(timeout, "timeout")
+      accept_all unless closed?
       close
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       @clients.each_key(&:close_read)

@@ -168,10 +168,24 @@ module Evix
           wait_for(chunk, timeout)
         end
         raise ClosedError, "IO is closed" if @io.closed?
+
+        read_arrived(maxlen)
       rescue ::IOError
         raise ClosedError, "IO is closed" if @io.closed?
 
         raise
+      end
+
+      # After #close_read: the plaintext of what already arrived, without
+      # waiting (see Evix::IO#close_read).
+      def read_arrived(maxlen)
+        return unless @arrived
+
+        chunk = @ssl_socket.read_nonblock(maxlen, exception: false)
+        return chunk if chunk.is_a?(String)
+
+        @arrived = false
+        nil
       end
 
       def chunk_read(chunk)

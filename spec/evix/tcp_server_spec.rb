@@ -257,6 +257,49 @@ RSpec.describe Evix::TCPServer do
         expect(server.connections).to eq(0)
       end
 
+      # What arrived before the drain began is answered: a connection
+      # accepted or still in the listen backlog whose request is in the
+      # kernel's buffer gets its answer, then end of file; an idle one is
+      # closed at once. (Client sockets here are blocking, read by #gets.)
+      def answers_after_drain(clients)
+        clients.map do |client|
+          ready = client.wait_readable(3)
+          ready ? client.read : :nothing
+        rescue Errno::ECONNRESET, Errno::EPIPE => e
+          e.class.name
+        end
+      end
+
+      it "answers 20 accepted connections whose request had arrived but was not read yet", timing: true do
+        server = echo_server
+        clients = Array.new(20) { tcp_client(server.port) }
+        run_until(ev) { server.connections == 20 }
+        run_for(ev, 0.02) # every handler now waits in read
+        clients.each_with_index { |client, i| client.write("request #{i}\n") }
+        forced = server.shutdown(timeout: 2)
+        expect(answers_after_drain(clients)).to eq(Array.new(20) { |i| "request #{i}\n" })
+        expect(forced).to eq(0)
+      end
+
+      it "answers 20 connections still in the listen backlog whose request had arrived", timing: true do
+        server = echo_server
+        clients = Array.new(20) { |i| tcp_client(server.port).tap { |c| c.write("queued #{i}\n") } }
+        forced = server.shutdown(timeout: 2) # the loop has not run: nothing was accepted yet
+        expect(answers_after_drain(clients)).to eq(Array.new(20) { |i| "queued #{i}\n" })
+        expect(forced).to eq(0)
+      end
+
+      it "closes an idle connection at once and answers a busy one beside it", timing: true do
+        server = echo_server
+        idle = tcp_client(server.port)
+        talker = tcp_client(server.port)
+        run_until(ev) { server.connections == 2 }
+        talker.write("first\n")
+        took = elapsed { server.shutdown(timeout: 3) }
+        expect(took).to be < 1
+        expect(answers_after_drain([idle, talker])).to eq(["", "first\n"])
+      end
+
       it "raises ArgumentError showing a negative or NaN timeout, and still accepts" do
         server = echo_server
         [-1, Float::NAN].each do |bad|
