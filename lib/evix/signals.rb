@@ -21,6 +21,19 @@ module Evix
       [@reader, @writer].each { |io| io.binmode.sync = true }
       @watcher = loop.add_io(@reader, READ) { dispatch }
       @watcher.unref
+      # A loop dropped without #close: the registry still holds the pipe's
+      # write end, so it is let go (and the traps restored) when this goes.
+      ObjectSpace.define_finalizer(self, Signals.release(@handlers, @writer))
+    end
+
+    # What a collected Signals leaves to do: built here, so that the proc
+    # does not hold the object it outlives.
+    # @api private
+    # @param handlers [Hash] signal number => block, as it is when collected
+    # @param writer [::IO] the self-pipe's write end
+    # @return [Proc]
+    def self.release(handlers, writer)
+      proc { Registry.release(handlers.keys, writer) }
     end
 
     # Runs +block+ on the loop for every +signal+; replaces this loop's
@@ -56,6 +69,7 @@ module Evix
     # Stops handling every signal and closes the pipe.
     # @return [void]
     def close
+      ObjectSpace.undefine_finalizer(self)
       @handlers.each_key { |signo| Registry.remove(signo, @writer) }
       @handlers.clear
       @watcher.cancel
@@ -116,6 +130,7 @@ module Evix
       @lock = Mutex.new
       @pid = Process.pid
       @entries = {}.freeze # signo => Entry, both frozen: replaced, never changed
+      @released = [] # [signos, writer] of collected loops, let go under the lock
 
       class << self
         # Registers +writer+ (a loop's self-pipe) for +signo+; installs the
@@ -139,18 +154,19 @@ module Evix
         # @param writer [::IO]
         # @return [void]
         def remove(signo, writer)
-          synchronize do
-            entry = @entries[signo]
-            next unless entry&.writers&.include?(writer)
+          synchronize { unregister(signo, writer) }
+        end
 
-            writers = entry.writers.reject { |w| w.equal?(writer) }.freeze
-            if writers.empty?
-              restore(signo, entry.previous)
-              update(signo, nil)
-            else
-              update(signo, Entry.new(entry.previous, writers).freeze)
-            end
-          end
+        # A loop that was collected without #close (its finalizer): its
+        # +writer+ goes from every signal in +signos+, then is closed. A
+        # finalizer may run while this thread holds the lock (in the middle
+        # of #add): then the holder does it before it lets go.
+        # @param signos [Array<Integer>]
+        # @param writer [::IO]
+        # @return [void]
+        def release(signos, writer)
+          @released << [signos, writer]
+          synchronize { unregister_released } unless @lock.owned?
         end
 
         # The trap: writes the signal's byte to every registered self-pipe
@@ -187,7 +203,30 @@ module Evix
             forget_parent if Process.pid != @pid
             yield
           ensure
+            unregister_released
             @lock.unlock
+          end
+          # One released between the look above and the unlock.
+          synchronize { unregister_released } unless @released.empty? || @lock.owned?
+        end
+
+        def unregister(signo, writer)
+          entry = @entries[signo]
+          return unless entry&.writers&.include?(writer)
+
+          writers = entry.writers.reject { |w| w.equal?(writer) }.freeze
+          if writers.empty?
+            restore(signo, entry.previous)
+            update(signo, nil)
+          else
+            update(signo, Entry.new(entry.previous, writers).freeze)
+          end
+        end
+
+        def unregister_released
+          while (signos, writer = @released.shift)
+            signos.each { |signo| unregister(signo, writer) }
+            writer.close unless writer.closed?
           end
         end
 

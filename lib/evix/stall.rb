@@ -78,10 +78,12 @@ module Evix
       @threshold = threshold
       @block = block
       @cancelled = false
-      # The thread holds the probe, not the loop: an abandoned loop can be
-      # collected, and its watchdog then ends.
-      @thread = Thread.new { watch(loop_thread) }
-      @thread.name = "evix stall watchdog"
+      # The thread holds the probe and this watch only weakly, never the
+      # loop: the block may hold the loop, and an abandoned loop must still
+      # be collected (its probe then ends the thread).
+      watches = ObjectSpace::WeakMap.new
+      watches[probe] = self
+      @thread = StallWatch.start(probe, watches, loop_thread)
       # Until it waits in the probe: a new thread first needs the GVL, which
       # a loop stalled from the start would keep from it.
       Thread.pass until @thread.stop?
@@ -104,29 +106,45 @@ module Evix
       !@cancelled && @thread.alive?
     end
 
-    private
+    # The watchdog thread: built here, so that it holds nothing of a watch
+    # but +watches+ (a WeakMap from +probe+ to it).
+    # @api private
+    # @return [Thread]
+    def self.start(probe, watches, loop_thread)
+      thread = Thread.new { watch(probe, watches, loop_thread) }
+      thread.name = "evix stall watchdog"
+      thread
+    end
 
-    def watch(loop_thread)
+    # Calls the block with +report+ (the watchdog thread does).
+    # @api private
+    # @param report [StallReport]
+    # @return [void]
+    def report(report)
+      return if @cancelled
+
+      @block.call(report)
+    rescue StandardError => e
+      warn "evix: the on_stall block raised #{e.class}: #{e.message}"
+    end
+
+    # Until the probe ends: one report per stall, while the watch lives.
+    def self.watch(probe, watches, loop_thread)
       last = nil
-      while (stall = @probe.wait(last))
+      while (stall = probe.wait(last))
         last, duration = stall
-        break if @cancelled
-
         # Thread#[] and #backtrace of another thread read its running fiber.
         task = loop_thread[:evix_task]
         backtrace = loop_thread.backtrace
         # The loop moved on before this thread got the GVL (C code kept it
         # for the whole stall): what it shows now is not the stall.
-        task = backtrace = nil unless @probe.state == last
-        report(StallReport.new(duration: duration, task: task, backtrace: backtrace))
+        task = backtrace = nil unless probe.state == last
+        watch = watches[probe] or break
+        watch.report(StallReport.new(duration: duration, task: task, backtrace: backtrace))
+        watch = task = nil # the next wait holds no reference to the watch or the task
       end
     end
-
-    def report(report)
-      @block.call(report)
-    rescue StandardError => e
-      warn "evix: the on_stall block raised #{e.class}: #{e.message}"
-    end
+    private_class_method :watch
   end
 
   # Loop#on_stall, #tasks and #print_tasks.

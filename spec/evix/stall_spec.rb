@@ -158,6 +158,31 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
       expect(left).to eq(0)
     end
 
+    it "ends the watchdog of a dropped loop whose block holds that loop, and frees the loop's descriptors" do
+      left = in_child(timeout: 20) do
+        fds = -> { Dir.children("/proc/self/fd").size }
+        before = fds.call
+        make = lambda do
+          ev = Evix::Loop.new
+          ev.on_stall(1000) { |_report| ev.print_tasks }
+          nil
+        end
+        50.times { make.call }
+        started = watchdogs
+        40.times do
+          GC.start
+          break if watchdogs < 3
+
+          sleep 0.05
+        end
+        [started, watchdogs, fds.call - before]
+      end
+      started, running, fds = left
+      expect(started).to eq(50)
+      expect(running).to be < 3 # a loop the stack still references may stay
+      expect(fds).to be < 10
+    end
+
     it "does not keep the process alive" do
       run = run_ruby(<<~RUBY, timeout: 10)
         ev = Evix::Loop.new
