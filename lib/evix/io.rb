@@ -180,18 +180,13 @@ module Evix
       nil
     end
 
-    # Raises unless +timeout+ is nil or a finite, non-negative number of
-    # seconds; the message shows the value as given. A per-call timeout equal
-    # to the +default+ one was checked when that was set. (#read and #write
-    # make that test inline: no method call without a timeout.)
+    # Raises unless +timeout+ is nil or a number of seconds the loop can
+    # wait (Server.seconds); the message shows the value as given. A
+    # per-call timeout equal to the +default+ one was checked when that was
+    # set. (#read and #write make that test inline: no method call without a
+    # timeout.)
     def check_timeout(timeout, default = nil)
-      return if timeout.nil? || timeout == default
-      unless timeout.is_a?(Numeric)
-        raise TypeError, "timeout must be a Numeric number of seconds (got #{timeout.inspect})"
-      end
-      return if timeout.real? && timeout.finite? && timeout >= 0
-
-      raise ArgumentError, "timeout must be a finite, non-negative number of seconds (got #{timeout.inspect})"
+      Server.seconds(timeout, "timeout") unless timeout.nil? || timeout == default
     end
   end
 end

@@ -14,6 +14,8 @@ module Evix
   class Server
     # Seconds to wait before accepting again after EMFILE/ENFILE.
     ACCEPT_BACKOFF = 0.05
+    # The loop waits less than this many seconds (2**64, its Duration).
+    MAX_SECONDS = 2.0**64
 
     # @return [Integer] connections currently open
     attr_reader :connections
@@ -21,8 +23,9 @@ module Evix
     # @return [Addrinfo] the bound address
     attr_reader :local_address
 
-    # +value+ if it is a finite, non-negative number of seconds (the rule and
-    # wording of the loop's own timeouts).
+    # +value+ if it is a finite, non-negative number of seconds the loop can
+    # wait (less than MAX_SECONDS): the rule and wording of the loop's own
+    # timeouts, checked at the call rather than at the first wait.
     # @api private
     # @param value [Object] what the caller passed
     # @param name [String] the argument's name, for the error message
@@ -33,6 +36,7 @@ module Evix
       unless value.real? && value.finite? && !value.negative?
         raise ArgumentError, "#{name} must be a finite, non-negative number of seconds (got #{value.inspect})"
       end
+      raise ArgumentError, "#{name} is too large (got #{value.inspect})" unless value.to_f < MAX_SECONDS
 
       value
     end

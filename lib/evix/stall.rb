@@ -151,6 +151,8 @@ module Evix
   class Loop
     # The largest threshold #on_stall takes, in milliseconds (a day).
     MAX_STALL_MS = 86_400_000
+    # The smallest, in milliseconds: a nanosecond, the watchdog's resolution.
+    MIN_STALL_MS = 1e-6
 
     # The events of Loop#wait_of's bits.
     WAIT_EVENTS = { READ => :read, WRITE => :write, (READ | WRITE) => :read_write }.freeze
@@ -164,13 +166,14 @@ module Evix
     # loop: a new call replaces the previous one; nil stops it. It also
     # stops when the loop is closed or collected, and does not keep the
     # process alive.
-    # @param milliseconds [Numeric, nil] the threshold (0 < ms <= a day)
+    # @param milliseconds [Numeric, nil] the threshold (a nanosecond <= ms <= a day)
     # @return [Evix::StallWatch, nil] the watchdog (nil for nil)
     # @raise [ArgumentError] for a bad threshold or a missing block
     def on_stall(milliseconds, &block)
       ensure_usable!
       unless milliseconds.nil? || Loop.stall_ms?(milliseconds)
         raise ArgumentError, "on_stall takes a positive number of milliseconds, at most #{MAX_STALL_MS} " \
+                             "and at least #{MIN_STALL_MS} (a nanosecond) " \
                              "(got #{milliseconds.inspect})"
       end
       raise ArgumentError, "on_stall requires a block" if milliseconds && !block
@@ -201,6 +204,7 @@ module Evix
       return milliseconds if milliseconds && stall_ms?(milliseconds)
 
       raise ArgumentError, "EVIX_STALL_MS must be a positive number of milliseconds, at most #{MAX_STALL_MS} " \
+                           "and at least #{MIN_STALL_MS} (a nanosecond) " \
                            "(got #{value.inspect})"
     end
 
@@ -233,7 +237,7 @@ module Evix
     # @api private
     # @return [Boolean]
     def self.stall_ms?(milliseconds)
-      milliseconds.is_a?(Numeric) && milliseconds.real? && milliseconds.positive? && milliseconds <= MAX_STALL_MS
+      milliseconds.is_a?(Numeric) && milliseconds.real? && milliseconds >= MIN_STALL_MS && milliseconds <= MAX_STALL_MS
     end
 
     private

@@ -255,6 +255,12 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
         expect { ev.on_stall(bad) { |_report| nil } }.to raise_error(ArgumentError, /milliseconds/), bad.inspect
       end
       expect { ev.on_stall(100) }.to raise_error(ArgumentError, /block/)
+      # Below a nanosecond, the watchdog's resolution: refused with the value given.
+      [1e-9, 5e-7].each do |tiny|
+        expect { ev.on_stall(tiny) { |_report| nil } }
+          .to raise_error(ArgumentError, /milliseconds.*\(got #{Regexp.escape(tiny.inspect)}\)/)
+      end
+      expect(ev.on_stall(1e-6) { |_report| nil }.cancel).to be_nil
       expect(watchdogs).to eq(0)
     ensure
       ev&.close
