@@ -120,6 +120,21 @@ RSpec.describe Evix::Workers do
     end
   end
 
+  it "reports failure (run is false, exit 1) when every worker crashed in its setup block" do
+    code = <<~RUBY
+      workers = Evix::Workers.new("127.0.0.1", 0, count: 2) { raise "broken worker" }
+      puts workers.port
+      $stdout.flush
+      exit workers.run
+    RUBY
+    WorkersProcess.run(code) do |parent|
+      sleep 0.05 until parent.stderr.scan(/failed: RuntimeError: broken worker/).size >= 2
+      parent.signal(:TERM)
+      status = parent.wait
+      expect(status.exitstatus).to eq(1), parent.stderr
+    end
+  end
+
   it "drains on SIGTERM: an in-flight connection finishes, the workers exit, the parent exits 0" do
     code = <<~RUBY
       workers = Evix::Workers.new("127.0.0.1", 0, count: 2, timeout: 5) do |loop, listener|
