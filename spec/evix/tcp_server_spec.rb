@@ -361,6 +361,34 @@ RSpec.describe Evix::TCPServer do
         expect(result).to match(got: "bye", forced: 0, took: be_between(0.28, 2), left: 0)
       end
 
+      it "answers on SIGTERM the requests that arrived just before the drain began" do
+        answers = in_child(timeout: 10) do
+          child_loop = Evix::Loop.new
+          server = Evix::TCPServer.new(child_loop, "127.0.0.1", 0) do |client|
+            while (line = client.gets)
+              client.write(line)
+            end
+          end
+          clients = Array.new(20) { TCPSocket.new("127.0.0.1", server.port) }
+          child_loop.add_signal(:TERM) do
+            # The requests arrive now: in the kernel's buffers, not read.
+            clients.each_with_index { |client, i| client.write("request #{i}\n") }
+            server.shutdown(timeout: 2)
+            child_loop.stop
+          end
+          child_loop.run_once(0.05) until server.connections == 20
+          child_loop.run_once(0.02) # every handler now waits in gets
+          Process.kill(:TERM, Process.pid)
+          child_loop.run
+          clients.map do |client|
+            client.wait_readable(3) ? client.read : :nothing
+          rescue SystemCallError => e
+            e.class.name
+          end
+        end
+        expect(answers).to eq(Array.new(20) { |i| "request #{i}\n" })
+      end
+
       it "forces what is left at the deadline (the handler is cancelled), then stop ends run", timing: true do
         result = drain_on_usr1(linger: 10, timeout: 0.3)
         expect(result).to match(got: "", forced: 1, took: be_between(0.28, 2), left: 0)
