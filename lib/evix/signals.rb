@@ -17,23 +17,27 @@ module Evix
     def initialize(loop)
       @loop = loop
       @handlers = {}
+      # The signals registered for this loop, apart from their blocks: a
+      # block may hold the loop, and the finalizer must not.
+      @registered = []
       @reader, @writer = ::IO.pipe
       [@reader, @writer].each { |io| io.binmode.sync = true }
       @watcher = loop.add_io(@reader, READ) { dispatch }
       @watcher.unref
       # A loop dropped without #close: the registry still holds the pipe's
       # write end, so it is let go (and the traps restored) when this goes.
-      ObjectSpace.define_finalizer(self, Signals.release(@handlers, @writer))
+      ObjectSpace.define_finalizer(self, Signals.release(@registered, @writer))
     end
 
     # What a collected Signals leaves to do: built here, so that the proc
     # does not hold the object it outlives.
     # @api private
-    # @param handlers [Hash] signal number => block, as it is when collected
+    # @param registered [Array<Integer>] the signal numbers, as they are
+    #   when collected
     # @param writer [::IO] the self-pipe's write end
     # @return [Proc]
-    def self.release(handlers, writer)
-      proc { Registry.release(handlers.keys, writer) }
+    def self.release(registered, writer)
+      proc { Registry.release(registered, writer) }
     end
 
     # Runs +block+ on the loop for every +signal+; replaces this loop's
@@ -44,7 +48,10 @@ module Evix
       signo = Signals.number(signal)
       raise ArgumentError, "add_signal requires a block" unless block
 
-      Registry.add(signo, @writer) unless @handlers.key?(signo)
+      unless @handlers.key?(signo)
+        Registry.add(signo, @writer)
+        @registered << signo
+      end
       @handlers[signo] = block
       signo
     end
@@ -57,6 +64,7 @@ module Evix
       signo = Signals.number(signal)
       return false unless @handlers.delete(signo)
 
+      @registered.delete(signo)
       Registry.remove(signo, @writer)
       true
     end
@@ -72,6 +80,7 @@ module Evix
       ObjectSpace.undefine_finalizer(self)
       @handlers.each_key { |signo| Registry.remove(signo, @writer) }
       @handlers.clear
+      @registered.clear
       @watcher.cancel
       @reader.close
       @writer.close

@@ -133,13 +133,13 @@ module Evix
       last = nil
       while (stall = probe.wait(last))
         last, duration = stall
+        watch = watches[probe] or break
         # Thread#[] and #backtrace of another thread read its running fiber.
         task = loop_thread[:evix_task]
         backtrace = loop_thread.backtrace
         # The loop moved on before this thread got the GVL (C code kept it
         # for the whole stall): what it shows now is not the stall.
         task = backtrace = nil unless probe.state == last
-        watch = watches[probe] or break
         watch.report(StallReport.new(duration: duration, task: task, backtrace: backtrace))
         watch = task = nil # the next wait holds no reference to the watch or the task
       end

@@ -198,7 +198,12 @@ RSpec.describe "Evix::Loop#add_signal and #remove_signal" do
       previous = proc {}
       Signal.trap(:USR2, previous)
       before = fds.call
-      make = ->(i) { Evix::Loop.new.add_signal(:USR2) { i } }
+      make = lambda do |i|
+        ev = Evix::Loop.new
+        ev.add_signal(:USR2) { ev.stop } if i.even? # a block that holds its loop
+        ev.add_signal(:USR2) { i } if i.odd?
+        nil
+      end
       1000.times(&make)
       grown = fds.call - before
       5.times { GC.start }
