@@ -333,8 +333,11 @@ RSpec.describe "TLS: Evix::TCPServer and Evix::TCPClient with ssl_context:" do
         expect(unverified_status).to eq(60) # curl: the peer's certificate cannot be verified with its CAs
         # curl's rejection reaches the server as its "unknown ca" alert; with
         # sid's OpenSSL (the Ruby 3.4 lane) the server's read meets it while
-        # retrying the session tickets it was writing, and says that instead.
+        # retrying the session tickets it was writing, and says that instead,
+        # or meets first the reset curl's close makes with those tickets
+        # unread.
         expect(errors).to match([["OpenSSL::SSL::SSLError", /unknown ca|tls_retry_write_records failure/]])
+          .or match([["Errno::ECONNRESET", /reset/]])
       end
 
       it "runs Evix::IO over an SSLSocket made by hand: plaintext OpenSSL holds is read without waiting" do
