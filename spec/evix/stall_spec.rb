@@ -167,18 +167,16 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
           ev.on_stall(1000) { |_report| ev.print_tasks }
           nil
         end
-        50.times { make.call }
-        started = watchdogs
+        50.times { make.call } # (a GC meanwhile may collect some already)
         40.times do
           GC.start
           break if watchdogs < 3
 
           sleep 0.05
         end
-        [started, watchdogs, fds.call - before]
+        [watchdogs, fds.call - before]
       end
-      started, running, fds = left
-      expect(started).to eq(50)
+      running, fds = left
       expect(running).to be < 3 # a loop the stack still references may stay
       expect(fds).to be < 10
     end
