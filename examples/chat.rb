@@ -9,9 +9,12 @@ module Evix
     # renames. A client silent for `idle` seconds is kicked. The first line a
     # new client gets is the content of the welcome file, re-read on SIGHUP.
     #
-    # Nobody writes to a socket from another client's fiber: each member has
-    # an outbox (a queue and a writer task), so a slow reader only delays
-    # itself, never the room. An outbox holds at most +max_outbox+ bytes (the
+    # Nobody waits on another client's socket: a line goes to each member
+    # by Evix::IO#try_write, whose outbox the loop writes in the background,
+    # so a slow reader only delays itself, never the room. What goes out is
+    # bytes: a member's name and lines are bytes as they came, the welcome
+    # file is read as bytes, and a line said to the room is made once and
+    # handed to every member. An outbox holds at most +max_outbox+ bytes (the
     # kernel's socket buffer comes on top): a member whose outbox would grow
     # past that is disconnected at once, with one line on stderr and a notice
     # to the room, so a client that never reads cannot make the server's
@@ -46,7 +49,7 @@ module Evix
         @loop = loop
         reload_welcome
         loop.add_signal(:HUP) { reload_welcome }
-        Evix::TCPServer.new(loop, @host, @port) { |client| serve(client) }
+        Evix::TCPServer.new(loop, @host, @port, write_high_water: @max_outbox) { |client| serve(client) }
       end
 
       # Tells everyone, then drains: every queued line is written before the
@@ -58,7 +61,7 @@ module Evix
 
       # Re-reads the welcome file; a missing or unreadable one keeps the old text.
       def reload_welcome
-        @welcome = File.read(@welcome_path).chomp
+        @welcome = File.binread(@welcome_path).chomp
       rescue SystemCallError, IOError => e
         warn "evix chat: keeping the current welcome text: #{e.message}"
       end
@@ -70,7 +73,6 @@ module Evix
         while (line = client.gets("\n", MAX_LINE, timeout: @idle))
           hear(member, line.chomp)
         end
-        leave(member, "left")
       rescue Evix::TimeoutError
         member.say("* you were idle for #{format("%g", @idle)}s, bye")
         leave(member, "was kicked (idle for #{format("%g", @idle)}s)")
@@ -83,11 +85,14 @@ module Evix
           leave(member, "left")
         end
       ensure
+        # Whatever ended the connection (an error goes on to the server's
+        # on_error), the member leaves the room.
+        leave(member, "left") if member
         member&.finish # the connection closes once this member's queue is written
       end
 
       def join(client)
-        member = Member.new(@loop, client, guest_name, @max_outbox)
+        member = Member.new(client, guest_name)
         member.say(@welcome) unless @welcome.empty?
         member.say("* you are #{member.name}")
         broadcast("* #{member.name} joined")
@@ -126,7 +131,8 @@ module Evix
       end
 
       def broadcast(line, except: nil)
-        @members.each_value { |member| member.say(line) unless member.equal?(except) }
+        text = Member.text(line)
+        @members.each_value { |member| member.queue(text) unless member.equal?(except) }
       end
 
       def guest_name
@@ -137,39 +143,44 @@ module Evix
         end
       end
 
-      # One client's outgoing side: an Array of lines and a writer task that
-      # sleeps in Loop#suspend while the Array is empty. `say` never blocks; it
-      # wakes the writer through loop.next_tick. A client that takes no data
-      # for WRITE_TIMEOUT seconds, or is gone, is disconnected; so is one
-      # whose unwritten lines would pass max_outbox bytes.
+      # One client's outgoing side, over Evix::IO#try_write: what the kernel
+      # does not take at once waits in the connection's own queue (at most
+      # max_outbox bytes, its write_high_water) and the loop writes it in the
+      # background, so `say` never waits and a member costs no task of its
+      # own. A member whose queue would pass max_outbox is disconnected; so
+      # is one that is gone (the write's error), at the first line said to
+      # it. When it leaves, what is queued gets WRITE_TIMEOUT seconds to go.
       class Member
         WRITE_TIMEOUT = 30
 
         attr_accessor :name
 
-        def initialize(loop, client, name, max_outbox)
-          @loop = loop
-          @client = client
-          @name = name
-          @max_outbox = max_outbox
-          @queue = []
-          @queued = 0 # bytes said and not yet written, in @queue or in the writer's hands
-          @overflowed = false
-          @finishing = false
-          @sleeping = nil # the writer's fiber while it waits for lines
-          @writer = loop.spawn { write_queued }
+        # +line+ as it goes out: bytes, with its newline, frozen so that
+        # every member can be handed the same String.
+        def self.text(line)
+          "#{line}\n".force_encoding(Encoding::BINARY).freeze
         end
 
-        # Queues a line for this client; disconnects it if its outbox overflows.
+        def initialize(client, name)
+          @client = client
+          @name = name
+          @overflowed = false
+          @finishing = false
+        end
+
+        # Queues a line for this client.
         def say(line)
+          queue(Member.text(line))
+        end
+
+        # Queues +text+ (made by Member.text); disconnects the client if its
+        # queue would overflow or it is gone.
+        def queue(text)
           return if @finishing
 
-          text = "#{line}\n"
-          @queued += text.bytesize
-          return overflow if @queued > @max_outbox
-
-          @queue << text
-          wake
+          overflow unless @client.try_write(text)
+        rescue Evix::ClosedError, SystemCallError
+          drop
         end
 
         # Whether it was disconnected for an outbox over the limit.
@@ -177,34 +188,19 @@ module Evix
           @overflowed
         end
 
-        # Waits until every queued line is written (or the client is gone).
+        # Takes no more lines and waits until the queued ones are with the
+        # kernel (or the client is gone, or takes nothing for WRITE_TIMEOUT).
         def finish
+          return if @finishing
+
           @finishing = true
-          wake
-          @writer.wait
-        end
-
-        private
-
-        def write_queued
-          loop do
-            until @queue.empty?
-              # Everything queued in one write: fewer system calls for a busy room.
-              text = @queue.join
-              @queue.clear
-              @client.write(text, timeout: WRITE_TIMEOUT)
-              @queued -= text.bytesize
-            end
-            break if @finishing
-
-            @loop.suspend { |token| @sleeping = token }
-          end
+          @client.flush(timeout: WRITE_TIMEOUT)
         rescue Evix::ClosedError, Evix::TimeoutError, SystemCallError
           drop
         end
 
-        # Stops taking lines and closes the connection: the writer and the
-        # connection's reader (in Chat#serve) wake with Evix::ClosedError.
+        private
+
         def overflow
           @overflowed = true
           drop
@@ -214,14 +210,7 @@ module Evix
         # connection's reader with Evix::ClosedError, so it leaves the room.
         def drop
           @finishing = true
-          @queue.clear
           @client.close
-        end
-
-        def wake
-          token = @sleeping
-          @sleeping = nil
-          @loop.resume(token) if token
         end
       end
     end

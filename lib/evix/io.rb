@@ -86,6 +86,7 @@ module Evix
       @reader = nil
       @readers = []
       @eof = false
+      @arrived = false # after close_read: the kernel may still hold input that arrived
       @streak = 0 # see read_chunk
       @thread = Thread.current
     end
@@ -100,10 +101,16 @@ module Evix
       @timeout = seconds
     end
 
-    # Makes reads return what is buffered and then nil, without closing;
-    # fibers waiting to read see end of file now. Writes still work.
+    # Makes reads return what has arrived and then nil, without closing:
+    # what is buffered, then what the kernel already holds (read without
+    # waiting); the first read that finds nothing more is end of file, and
+    # so is every read after it. Fibers waiting to read wake to take what is
+    # there. Writes still work; a later #close ends the output (a socket's
+    # SHUT_WR) before closing, so a peer whose late bytes go unread sees end
+    # of file, not a reset. Evix::Server#shutdown drains with it.
     # @return [nil]
     def close_read
+      @arrived = true unless @eof
       @eof = true
       [@reader, *@readers].each { |fiber| @loop.interrupt(fiber, EndOfReads.new) if fiber }
       nil
@@ -125,6 +132,7 @@ module Evix
       @offset = 0
       drop_outbox
       @loop.release_io(@io) unless @loop.closed?
+      end_output if @eof
       @io.close
       nil
     end
@@ -163,18 +171,22 @@ module Evix
       raise ClosedError, "IO is closed" if @io.closed?
     end
 
-    # Raises unless +timeout+ is nil or a finite, non-negative number of
-    # seconds; the message shows the value as given. A per-call timeout equal
-    # to the +default+ one was checked when that was set. (#read and #write
-    # make that test inline: no method call without a timeout.)
-    def check_timeout(timeout, default = nil)
-      return if timeout.nil? || timeout == default
-      unless timeout.is_a?(Numeric)
-        raise TypeError, "timeout must be a Numeric number of seconds (got #{timeout.inspect})"
-      end
-      return if timeout.real? && timeout.finite? && timeout >= 0
+    # After #close_read: end of file for the peer first (FIN), so that input
+    # that arrives after the last read makes the close's reset come after
+    # it, not in its place. Not for a socket that is not connected.
+    def end_output
+      @io.shutdown(::Socket::SHUT_WR) if @socket
+    rescue SystemCallError
+      nil
+    end
 
-      raise ArgumentError, "timeout must be a finite, non-negative number of seconds (got #{timeout.inspect})"
+    # Raises unless +timeout+ is nil or a number of seconds the loop can
+    # wait (Server.seconds); the message shows the value as given. A
+    # per-call timeout equal to the +default+ one was checked when that was
+    # set. (#read and #write make that test inline: no method call without a
+    # timeout.)
+    def check_timeout(timeout, default = nil)
+      Server.seconds(timeout, "timeout") unless timeout.nil? || timeout == default
     end
   end
 end

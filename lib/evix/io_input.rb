@@ -21,6 +21,7 @@ module Evix
     # @return [String, nil]
     # @raise [ArgumentError] a negative maxlen, a bad timeout
     # @raise [Evix::TimeoutError, Evix::ClosedError]
+    # @raise [Errno::ECONNRESET] the peer reset the connection (never nil)
     def read(maxlen = CHUNK, timeout: @timeout)
       # A timeout equal to the default one was checked when it was set; with
       # no timeout this is one branch, no method call.
@@ -42,6 +43,7 @@ module Evix
     # @raise [EOFError] the stream ended part way
     # @raise [ArgumentError, TypeError] a negative or non-Integer length
     # @raise [Evix::TimeoutError, Evix::ClosedError]
+    # @raise [Errno::ECONNRESET] the peer reset the connection
     def read_exactly(length, timeout: @timeout)
       raise TypeError, "length must be an Integer (got #{length.inspect})" unless length.is_a?(Integer)
       raise ArgumentError, "negative length #{length} given" if length.negative?
@@ -77,6 +79,7 @@ module Evix
     #   @raise [TypeError] a separator or limit of another type
     #   @raise [ArgumentError] an unknown keyword, a bad timeout
     #   @raise [Evix::TimeoutError, Evix::ClosedError]
+    #   @raise [Errno::ECONNRESET] the peer reset the connection
     #
     # The keywords arrive as a trailing positional Hash (+keywords+, or in
     # the place of +separator+ or +limit+): on Ruby 3.1 a method with keyword
@@ -130,6 +133,7 @@ module Evix
     # @raise [EOFError] at end of file
     # @raise [ArgumentError, TypeError] a negative or non-Integer maxlen, an
     #   outbuf that is not a String
+    # @raise [Errno::ECONNRESET] the peer reset the connection
     def readpartial(maxlen, outbuf = nil, timeout: @timeout)
       raise TypeError, "maxlen must be an Integer (got #{maxlen.inspect})" unless maxlen.is_a?(Integer)
       raise ArgumentError, "negative length #{maxlen} given" if maxlen.negative?
@@ -150,6 +154,7 @@ module Evix
     # @param timeout [Numeric, nil]
     # @return [Boolean]
     # @raise [Evix::TimeoutError, Evix::ClosedError]
+    # @raise [Errno::ECONNRESET] the peer reset the connection
     def eof?(timeout: @timeout)
       check_timeout(timeout, @timeout)
       check_open

@@ -41,7 +41,9 @@ module Evix
     private
 
     # The next chunk of input, a String of its own, or nil at end of file;
-    # Evix::ClosedError on a closed IO (#read leaves that check to it).
+    # Evix::ClosedError on a closed IO (#read leaves that check to it). A
+    # reset is the kernel's error (Errno::ECONNRESET), never an end of file:
+    # a body cut short must not look complete.
     # After a short read the kernel buffer is most likely empty: wait first
     # instead of paying a read that fails with EAGAIN (the registration is
     # level-triggered, so data that is already there wakes the wait at once).
@@ -91,16 +93,27 @@ module Evix
         @idle_timer&.again
         return chunk
       end
-      # After close_read: end of file, unless the IO is closed altogether.
       raise ClosedError, "IO is closed" if io.closed?
-    rescue Errno::ECONNRESET
-      nil
+
+      read_arrived(maxlen)
     rescue ::IOError
       raise ClosedError, "IO is closed" if @io.closed?
 
       raise
     end
     # rubocop:enable Metrics
+
+    # After #close_read: what the kernel already holds, without waiting;
+    # once a read finds nothing, end of file for good.
+    def read_arrived(maxlen)
+      return unless @arrived
+
+      chunk = @socket ? read_socket(@io, maxlen) : read_other(maxlen)
+      return chunk if chunk.is_a?(String)
+
+      @arrived = false
+      nil
+    end
 
     # A read from an IO that is not a socket (a pipe, a tty, a file): into the
     # loop's scratch buffer, then a copy the size of what came.

@@ -14,6 +14,8 @@ module Evix
   class Server
     # Seconds to wait before accepting again after EMFILE/ENFILE.
     ACCEPT_BACKOFF = 0.05
+    # The loop waits less than this many seconds (2**64, its Duration).
+    MAX_SECONDS = 2.0**64
 
     # @return [Integer] connections currently open
     attr_reader :connections
@@ -21,8 +23,9 @@ module Evix
     # @return [Addrinfo] the bound address
     attr_reader :local_address
 
-    # +value+ if it is a finite, non-negative number of seconds (the rule and
-    # wording of the loop's own timeouts).
+    # +value+ if it is a finite, non-negative number of seconds the loop can
+    # wait (less than MAX_SECONDS): the rule and wording of the loop's own
+    # timeouts, checked at the call rather than at the first wait.
     # @api private
     # @param value [Object] what the caller passed
     # @param name [String] the argument's name, for the error message
@@ -33,6 +36,7 @@ module Evix
       unless value.real? && value.finite? && !value.negative?
         raise ArgumentError, "#{name} must be a finite, non-negative number of seconds (got #{value.inspect})"
       end
+      raise ArgumentError, "#{name} is too large (got #{value.inspect})" unless value.to_f < MAX_SECONDS
 
       value
     end
@@ -88,10 +92,14 @@ module Evix
       @listener.closed?
     end
 
-    # Drains: stops accepting, lets connections finish what they are writing
-    # (their reads see end of file), and force-closes what is left at the
-    # deadline: their handlers are cancelled (Evix::CancelledError at their
-    # wait, ensure blocks run). Returns when the drain is over. Inside a task (and a block
+    # Drains: answers what arrived before it began, stops accepting, and
+    # force-closes what is left at the deadline. What arrived: every
+    # connection accepted or waiting in the listen backlog (accepted now),
+    # and the input the kernel holds for each. Their reads get that input,
+    # then end of file (Evix::IO#close_read), so a request that had arrived
+    # is answered and an idle connection ends at once; writes go on. At the
+    # deadline the handlers left are cancelled (Evix::CancelledError at
+    # their wait, ensure blocks run). Returns when the drain is over. Inside a task (and a block
     # of Loop#add_signal runs in one) the calling fiber waits while the loop
     # goes on; outside Loop#run, the loop runs. A plain callback (add_timer,
     # add_io) cannot wait: spawn a task there.
@@ -101,6 +109,7 @@ module Evix
     # @raise [ArgumentError] for a negative or non-finite timeout
     def shutdown(timeout: 5)
       timeout = Server.seconds(timeout, "timeout")
+      accept_all unless closed?
       close
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       @clients.each_key(&:close_read)

@@ -17,10 +17,27 @@ module Evix
     def initialize(loop)
       @loop = loop
       @handlers = {}
+      # The signals registered for this loop, apart from their blocks: a
+      # block may hold the loop, and the finalizer must not.
+      @registered = []
       @reader, @writer = ::IO.pipe
       [@reader, @writer].each { |io| io.binmode.sync = true }
       @watcher = loop.add_io(@reader, READ) { dispatch }
       @watcher.unref
+      # A loop dropped without #close: the registry still holds the pipe's
+      # write end, so it is let go (and the traps restored) when this goes.
+      ObjectSpace.define_finalizer(self, Signals.release(@registered, @writer))
+    end
+
+    # What a collected Signals leaves to do: built here, so that the proc
+    # does not hold the object it outlives.
+    # @api private
+    # @param registered [Array<Integer>] the signal numbers, as they are
+    #   when collected
+    # @param writer [::IO] the self-pipe's write end
+    # @return [Proc]
+    def self.release(registered, writer)
+      proc { Registry.release(registered, writer) }
     end
 
     # Runs +block+ on the loop for every +signal+; replaces this loop's
@@ -31,7 +48,10 @@ module Evix
       signo = Signals.number(signal)
       raise ArgumentError, "add_signal requires a block" unless block
 
-      Registry.add(signo, @writer) unless @handlers.key?(signo)
+      unless @handlers.key?(signo)
+        Registry.add(signo, @writer)
+        @registered << signo
+      end
       @handlers[signo] = block
       signo
     end
@@ -44,6 +64,7 @@ module Evix
       signo = Signals.number(signal)
       return false unless @handlers.delete(signo)
 
+      @registered.delete(signo)
       Registry.remove(signo, @writer)
       true
     end
@@ -56,8 +77,10 @@ module Evix
     # Stops handling every signal and closes the pipe.
     # @return [void]
     def close
+      ObjectSpace.undefine_finalizer(self)
       @handlers.each_key { |signo| Registry.remove(signo, @writer) }
       @handlers.clear
+      @registered.clear
       @watcher.cancel
       @reader.close
       @writer.close
@@ -116,6 +139,7 @@ module Evix
       @lock = Mutex.new
       @pid = Process.pid
       @entries = {}.freeze # signo => Entry, both frozen: replaced, never changed
+      @released = [] # [signos, writer] of collected loops, let go under the lock
 
       class << self
         # Registers +writer+ (a loop's self-pipe) for +signo+; installs the
@@ -139,18 +163,19 @@ module Evix
         # @param writer [::IO]
         # @return [void]
         def remove(signo, writer)
-          synchronize do
-            entry = @entries[signo]
-            next unless entry&.writers&.include?(writer)
+          synchronize { unregister(signo, writer) }
+        end
 
-            writers = entry.writers.reject { |w| w.equal?(writer) }.freeze
-            if writers.empty?
-              restore(signo, entry.previous)
-              update(signo, nil)
-            else
-              update(signo, Entry.new(entry.previous, writers).freeze)
-            end
-          end
+        # A loop that was collected without #close (its finalizer): its
+        # +writer+ goes from every signal in +signos+, then is closed. A
+        # finalizer may run while this thread holds the lock (in the middle
+        # of #add): then the holder does it before it lets go.
+        # @param signos [Array<Integer>]
+        # @param writer [::IO]
+        # @return [void]
+        def release(signos, writer)
+          @released << [signos, writer]
+          synchronize { unregister_released } unless @lock.owned?
         end
 
         # The trap: writes the signal's byte to every registered self-pipe
@@ -187,7 +212,30 @@ module Evix
             forget_parent if Process.pid != @pid
             yield
           ensure
+            unregister_released
             @lock.unlock
+          end
+          # One released between the look above and the unlock.
+          synchronize { unregister_released } unless @released.empty? || @lock.owned?
+        end
+
+        def unregister(signo, writer)
+          entry = @entries[signo]
+          return unless entry&.writers&.include?(writer)
+
+          writers = entry.writers.reject { |w| w.equal?(writer) }.freeze
+          if writers.empty?
+            restore(signo, entry.previous)
+            update(signo, nil)
+          else
+            update(signo, Entry.new(entry.previous, writers).freeze)
+          end
+        end
+
+        def unregister_released
+          while (signos, writer = @released.shift)
+            signos.each { |signo| unregister(signo, writer) }
+            writer.close unless writer.closed?
           end
         end
 

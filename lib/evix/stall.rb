@@ -78,10 +78,12 @@ module Evix
       @threshold = threshold
       @block = block
       @cancelled = false
-      # The thread holds the probe, not the loop: an abandoned loop can be
-      # collected, and its watchdog then ends.
-      @thread = Thread.new { watch(loop_thread) }
-      @thread.name = "evix stall watchdog"
+      # The thread holds the probe and this watch only weakly, never the
+      # loop: the block may hold the loop, and an abandoned loop must still
+      # be collected (its probe then ends the thread).
+      watches = ObjectSpace::WeakMap.new
+      watches[probe] = self
+      @thread = StallWatch.start(probe, watches, loop_thread)
       # Until it waits in the probe: a new thread first needs the GVL, which
       # a loop stalled from the start would keep from it.
       Thread.pass until @thread.stop?
@@ -104,35 +106,53 @@ module Evix
       !@cancelled && @thread.alive?
     end
 
-    private
+    # The watchdog thread: built here, so that it holds nothing of a watch
+    # but +watches+ (a WeakMap from +probe+ to it).
+    # @api private
+    # @return [Thread]
+    def self.start(probe, watches, loop_thread)
+      thread = Thread.new { watch(probe, watches, loop_thread) }
+      thread.name = "evix stall watchdog"
+      thread
+    end
 
-    def watch(loop_thread)
+    # Calls the block with +report+ (the watchdog thread does).
+    # @api private
+    # @param report [StallReport]
+    # @return [void]
+    def report(report)
+      return if @cancelled
+
+      @block.call(report)
+    rescue StandardError => e
+      warn "evix: the on_stall block raised #{e.class}: #{e.message}"
+    end
+
+    # Until the probe ends: one report per stall, while the watch lives.
+    def self.watch(probe, watches, loop_thread)
       last = nil
-      while (stall = @probe.wait(last))
+      while (stall = probe.wait(last))
         last, duration = stall
-        break if @cancelled
-
+        watch = watches[probe] or break
         # Thread#[] and #backtrace of another thread read its running fiber.
         task = loop_thread[:evix_task]
         backtrace = loop_thread.backtrace
         # The loop moved on before this thread got the GVL (C code kept it
         # for the whole stall): what it shows now is not the stall.
-        task = backtrace = nil unless @probe.state == last
-        report(StallReport.new(duration: duration, task: task, backtrace: backtrace))
+        task = backtrace = nil unless probe.state == last
+        watch.report(StallReport.new(duration: duration, task: task, backtrace: backtrace))
+        watch = task = nil # the next wait holds no reference to the watch or the task
       end
     end
-
-    def report(report)
-      @block.call(report)
-    rescue StandardError => e
-      warn "evix: the on_stall block raised #{e.class}: #{e.message}"
-    end
+    private_class_method :watch
   end
 
   # Loop#on_stall, #tasks and #print_tasks.
   class Loop
     # The largest threshold #on_stall takes, in milliseconds (a day).
     MAX_STALL_MS = 86_400_000
+    # The smallest, in milliseconds: a nanosecond, the watchdog's resolution.
+    MIN_STALL_MS = 1e-6
 
     # The events of Loop#wait_of's bits.
     WAIT_EVENTS = { READ => :read, WRITE => :write, (READ | WRITE) => :read_write }.freeze
@@ -146,13 +166,14 @@ module Evix
     # loop: a new call replaces the previous one; nil stops it. It also
     # stops when the loop is closed or collected, and does not keep the
     # process alive.
-    # @param milliseconds [Numeric, nil] the threshold (0 < ms <= a day)
+    # @param milliseconds [Numeric, nil] the threshold (a nanosecond <= ms <= a day)
     # @return [Evix::StallWatch, nil] the watchdog (nil for nil)
     # @raise [ArgumentError] for a bad threshold or a missing block
     def on_stall(milliseconds, &block)
       ensure_usable!
       unless milliseconds.nil? || Loop.stall_ms?(milliseconds)
         raise ArgumentError, "on_stall takes a positive number of milliseconds, at most #{MAX_STALL_MS} " \
+                             "and at least #{MIN_STALL_MS} (a nanosecond) " \
                              "(got #{milliseconds.inspect})"
       end
       raise ArgumentError, "on_stall requires a block" if milliseconds && !block
@@ -183,6 +204,7 @@ module Evix
       return milliseconds if milliseconds && stall_ms?(milliseconds)
 
       raise ArgumentError, "EVIX_STALL_MS must be a positive number of milliseconds, at most #{MAX_STALL_MS} " \
+                           "and at least #{MIN_STALL_MS} (a nanosecond) " \
                            "(got #{value.inspect})"
     end
 
@@ -215,7 +237,7 @@ module Evix
     # @api private
     # @return [Boolean]
     def self.stall_ms?(milliseconds)
-      milliseconds.is_a?(Numeric) && milliseconds.real? && milliseconds.positive? && milliseconds <= MAX_STALL_MS
+      milliseconds.is_a?(Numeric) && milliseconds.real? && milliseconds >= MIN_STALL_MS && milliseconds <= MAX_STALL_MS
     end
 
     private

@@ -143,9 +143,11 @@ module Evix
         raise
       end
 
-      # Replaces Evix::IO's: the next chunk of plaintext, nil at end of file.
-      # A peer that closes without close_notify ends the file too, as a TCP
-      # reset does for a plain connection.
+      # Replaces Evix::IO's: the next chunk of plaintext, nil at end of file
+      # (the peer's close_notify). A TCP close without close_notify is
+      # OpenSSL's error (OpenSSL::SSL::SSLError, "unexpected eof while
+      # reading") unless the context has OP_IGNORE_UNEXPECTED_EOF, and a
+      # reset is Errno::ECONNRESET: either may have cut the data short.
       def read_chunk(maxlen, timeout)
         ssl = @ssl_socket
         until @eof
@@ -166,17 +168,24 @@ module Evix
           wait_for(chunk, timeout)
         end
         raise ClosedError, "IO is closed" if @io.closed?
-      rescue Errno::ECONNRESET, Errno::EPIPE
-        nil
-      rescue OpenSSL::SSL::SSLError => e
-        # OpenSSL 3 reports a close without close_notify as this error.
-        raise unless e.message.include?("unexpected eof")
 
-        nil
+        read_arrived(maxlen)
       rescue ::IOError
         raise ClosedError, "IO is closed" if @io.closed?
 
         raise
+      end
+
+      # After #close_read: the plaintext of what already arrived, without
+      # waiting (see Evix::IO#close_read).
+      def read_arrived(maxlen)
+        return unless @arrived
+
+        chunk = @ssl_socket.read_nonblock(maxlen, exception: false)
+        return chunk if chunk.is_a?(String)
+
+        @arrived = false
+        nil
       end
 
       def chunk_read(chunk)

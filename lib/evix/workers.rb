@@ -75,7 +75,8 @@ module Evix
     # drained them all. Blocks; owns the process's TERM, INT, HUP, QUIT and CHLD
     # traps meanwhile (they are restored after). Runs once, outside Evix.run.
     # @return [Boolean] true if every worker finished its drain in time and
-    #   exited 0; false if one had to be killed at the deadline or failed
+    #   exited 0; false if one had to be killed at the deadline, or failed at
+    #   any time (its setup block raised, it crashed and was replaced)
     # @raise [Evix::Error] when called twice or inside Evix.run
     def run
       raise Error, "Evix::Workers#run runs once" if @parent
@@ -184,8 +185,10 @@ module Evix
       warn "evix workers: worker #{worker.pid} #{describe(status)} while draining"
     end
 
-    # An unexpected exit: replace it, later if it died young.
+    # An unexpected exit: replace it, later if it died young. A failed one
+    # (its setup block raised, it crashed) makes #run report failure.
     def died(worker, status)
+      @clean = false unless status&.success?
       age = clock - worker.started_at
       @young_deaths = age < STABLE_AFTER ? @young_deaths + 1 : 0
       delay = @young_deaths.zero? ? 0 : [RESTART_BACKOFF * (2**(@young_deaths - 1)), MAX_RESTART_BACKOFF].min

@@ -78,18 +78,81 @@ EachBackend.describe Evix::IO do
       expect(reader.wait).to be_nil
     end
 
-    it "returns nil when the TCP peer resets the connection" do
-      server = track_io(TCPServer.new("127.0.0.1", 0)).first
-      client = track_io(TCPSocket.new("127.0.0.1", server.addr[1])).first
-      accepted = track_io(server.accept).first
-      wrapped = ev.wrap(accepted)
-      reader = ev.spawn { wrapped.read }
-      ev.spawn do
-        ev.sleep(0.02)
+    # A reset is not an end of file: a body cut short must never look
+    # complete. As Ruby's own sockets, each read hands out the bytes that
+    # came, then raises Errno::ECONNRESET.
+    describe "when the TCP peer resets the connection (SO_LINGER 0)" do
+      # An accepted connection of +ev+ whose peer sent +data+, then reset it.
+      def reset_after(data)
+        server = track_io(TCPServer.new("127.0.0.1", 0)).first
+        client = track_io(TCPSocket.new("127.0.0.1", server.addr[1])).first
+        accepted = track_io(server.accept).first
+        client.write(data)
         client.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii"))
         client.close
+        ev.wrap(accepted)
       end
-      expect(reader.wait).to be_nil
+
+      it "#read raises Errno::ECONNRESET while it waits" do
+        server = track_io(TCPServer.new("127.0.0.1", 0)).first
+        client = track_io(TCPSocket.new("127.0.0.1", server.addr[1])).first
+        wrapped = ev.wrap(track_io(server.accept).first)
+        reader = ev.spawn { wrapped.read }
+        ev.spawn do
+          ev.sleep(0.02)
+          client.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii"))
+          client.close
+        end
+        expect { reader.wait }.to raise_error(Errno::ECONNRESET)
+      end
+
+      it "#read hands out what came, then raises Errno::ECONNRESET" do
+        wrapped = reset_after("partial")
+        got = +""
+        expect { in_task { while (chunk = wrapped.read) do got << chunk end } }.to raise_error(Errno::ECONNRESET)
+        expect(got).to eq("partial")
+      end
+
+      it "#read_exactly raises Errno::ECONNRESET, not EOFError or nil" do
+        wrapped = reset_after("12345")
+        expect(in_task { wrapped.read_exactly(3) }).to eq("123")
+        expect { in_task { wrapped.read_exactly(3) } }.to raise_error(Errno::ECONNRESET)
+      end
+
+      it "#gets hands out the whole lines, then raises Errno::ECONNRESET for the cut one" do
+        wrapped = reset_after("one\ntw")
+        expect(in_task { wrapped.gets }).to eq("one\n")
+        expect { in_task { wrapped.gets } }.to raise_error(Errno::ECONNRESET)
+      end
+
+      it "#gets with keywords, #readpartial and #eof? raise Errno::ECONNRESET" do
+        expect { in_task { reset_after("x").gets(chomp: true) } }.to raise_error(Errno::ECONNRESET)
+        wrapped = reset_after("")
+        expect { in_task { wrapped.readpartial(10) } }.to raise_error(Errno::ECONNRESET)
+        expect { in_task { reset_after("").eof? } }.to raise_error(Errno::ECONNRESET)
+      end
+
+      it "an 8 MB upload reset part way: the read loop raises Errno::ECONNRESET, never a clean end" do
+        server = track_io(TCPServer.new("127.0.0.1", 0)).first
+        client = track_io(TCPSocket.new("127.0.0.1", server.addr[1])).first
+        wrapped = ev.wrap(track_io(server.accept).first)
+        uploader = Thread.new do
+          chunk = "u" * (1024 * 1024)
+          4.times { client.write(chunk) } # half of the 8 MB, then the reset
+          client.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii"))
+          client.close
+        end
+        received = 0
+        outcome = begin
+          in_task { while (chunk = wrapped.read(64 * 1024)) do received += chunk.bytesize end }
+          :end_of_file
+        rescue Errno::ECONNRESET
+          :reset
+        end
+        uploader.join
+        expect(outcome).to eq(:reset)
+        expect(received).to be <= 4 * 1024 * 1024
+      end
     end
 
     # A short read says the kernel buffer is drained: reading again at once

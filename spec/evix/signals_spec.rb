@@ -190,6 +190,31 @@ RSpec.describe "Evix::Loop#add_signal and #remove_signal" do
     expect(Signal.trap(:USR2, previous)).to equal(previous)
   end
 
+  # The process-wide trap holds each loop's pipe: a loop dropped without
+  # #close must still give its descriptors and the trap back once collected.
+  it "frees the pipe and restores the handler of loops dropped without close, once they are collected" do
+    outcome = in_child(timeout: 20) do
+      fds = -> { Dir.children("/proc/self/fd").size }
+      previous = proc {}
+      Signal.trap(:USR2, previous)
+      before = fds.call
+      make = lambda do |i|
+        ev = Evix::Loop.new
+        ev.add_signal(:USR2) { ev.stop } if i.even? # a block that holds its loop
+        ev.add_signal(:USR2) { i } if i.odd?
+        nil
+      end
+      1000.times(&make)
+      grown = fds.call - before
+      5.times { GC.start }
+      [grown, fds.call - before, Signal.trap(:USR2, "DEFAULT").equal?(previous)]
+    end
+    grown, left, restored = outcome
+    expect(grown).to be >= 1000 # each loop had its pipe
+    expect(left).to be < 20 # but a few loops still referenced from the stack
+    expect(restored).to be(true)
+  end
+
   it "survives a flood of 10,000 signals from another thread and runs the block after the last one", timing: true do
     runs = 0
     last_run = nil

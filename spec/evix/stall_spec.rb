@@ -158,6 +158,29 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
       expect(left).to eq(0)
     end
 
+    it "ends the watchdog of a dropped loop whose block holds that loop, and frees the loop's descriptors" do
+      left = in_child(timeout: 20) do
+        fds = -> { Dir.children("/proc/self/fd").size }
+        before = fds.call
+        make = lambda do
+          ev = Evix::Loop.new
+          ev.on_stall(1000) { |_report| ev.print_tasks }
+          nil
+        end
+        50.times { make.call } # (a GC meanwhile may collect some already)
+        40.times do
+          GC.start
+          break if watchdogs < 3
+
+          sleep 0.05
+        end
+        [watchdogs, fds.call - before]
+      end
+      running, fds = left
+      expect(running).to be < 3 # a loop the stack still references may stay
+      expect(fds).to be < 10
+    end
+
     it "does not keep the process alive" do
       run = run_ruby(<<~RUBY, timeout: 10)
         ev = Evix::Loop.new
@@ -230,6 +253,12 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
         expect { ev.on_stall(bad) { |_report| nil } }.to raise_error(ArgumentError, /milliseconds/), bad.inspect
       end
       expect { ev.on_stall(100) }.to raise_error(ArgumentError, /block/)
+      # Below a nanosecond, the watchdog's resolution: refused with the value given.
+      [1e-9, 5e-7].each do |tiny|
+        expect { ev.on_stall(tiny) { |_report| nil } }
+          .to raise_error(ArgumentError, /milliseconds.*\(got #{Regexp.escape(tiny.inspect)}\)/)
+      end
+      expect(ev.on_stall(1e-6) { |_report| nil }.cancel).to be_nil
       expect(watchdogs).to eq(0)
     ensure
       ev&.close

@@ -159,4 +159,33 @@ RSpec.describe Evix::TCPClient do
   it "raises Evix::Error outside a task" do
     expect { described_class.connect(ev, "127.0.0.1", closed_port) }.to raise_error(Evix::Error, /task/)
   end
+
+  # The loop waits at most 2**64 seconds: a longer timeout is refused at the
+  # call, before any connection is tried, as the loop's own waits refuse it.
+  it "refuses a timeout, attempt_delay or handshake_timeout too large for the loop at the call, showing it" do
+    listener = track_io(Socket.new(:INET, :STREAM)).first
+    listener.bind(Addrinfo.tcp("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.local_address.ip_port
+    [1e300, 2**70, 2**64].each do |huge|
+      [{ timeout: huge }, { attempt_delay: huge }].each do |options|
+        expect { in_task { described_class.connect(ev, "127.0.0.1", port, **options) } }
+          .to raise_error(ArgumentError, /#{options.keys.first} is too large \(got #{Regexp.escape(huge.inspect)}\)/)
+      end
+    end
+    expect(listener.accept_nonblock(exception: false)).to eq(:wait_readable) # nothing was tried
+    client = in_task { described_class.connect(ev, "127.0.0.1", port, timeout: 2**63) } # large, but the loop's
+    expect(client).to be_a(Evix::IO)
+    client.close
+  end
+
+  it "refuses a too large timeout of Evix::IO and Evix::TCPServer at the call too" do
+    r, = track_io(*IO.pipe)
+    expect { ev.wrap(r, timeout: 1e300) }.to raise_error(ArgumentError, /timeout is too large \(got 1.0e\+300\)/)
+    io = ev.wrap(r)
+    expect { io.timeout = 2**64 }.to raise_error(ArgumentError, /timeout is too large/)
+    expect { in_task { io.read(timeout: 1e300) } }.to raise_error(ArgumentError, /timeout is too large/)
+    expect { Evix::TCPServer.new(ev, "127.0.0.1", 0, idle_timeout: 1e300) { nil } }
+      .to raise_error(ArgumentError, /idle_timeout is too large \(got 1.0e\+300\)/)
+  end
 end

@@ -257,6 +257,49 @@ RSpec.describe Evix::TCPServer do
         expect(server.connections).to eq(0)
       end
 
+      # What arrived before the drain began is answered: a connection
+      # accepted or still in the listen backlog whose request is in the
+      # kernel's buffer gets its answer, then end of file; an idle one is
+      # closed at once. (Client sockets here are blocking, read by #gets.)
+      def answers_after_drain(clients)
+        clients.map do |client|
+          ready = client.wait_readable(3)
+          ready ? client.read : :nothing
+        rescue Errno::ECONNRESET, Errno::EPIPE => e
+          e.class.name
+        end
+      end
+
+      it "answers 20 accepted connections whose request had arrived but was not read yet", timing: true do
+        server = echo_server
+        clients = Array.new(20) { tcp_client(server.port) }
+        run_until(ev) { server.connections == 20 }
+        run_for(ev, 0.02) # every handler now waits in read
+        clients.each_with_index { |client, i| client.write("request #{i}\n") }
+        forced = server.shutdown(timeout: 2)
+        expect(answers_after_drain(clients)).to eq(Array.new(20) { |i| "request #{i}\n" })
+        expect(forced).to eq(0)
+      end
+
+      it "answers 20 connections still in the listen backlog whose request had arrived", timing: true do
+        server = echo_server
+        clients = Array.new(20) { |i| tcp_client(server.port).tap { |c| c.write("queued #{i}\n") } }
+        forced = server.shutdown(timeout: 2) # the loop has not run: nothing was accepted yet
+        expect(answers_after_drain(clients)).to eq(Array.new(20) { |i| "queued #{i}\n" })
+        expect(forced).to eq(0)
+      end
+
+      it "closes an idle connection at once and answers a busy one beside it", timing: true do
+        server = echo_server
+        idle = tcp_client(server.port)
+        talker = tcp_client(server.port)
+        run_until(ev) { server.connections == 2 }
+        talker.write("first\n")
+        took = elapsed { server.shutdown(timeout: 3) }
+        expect(took).to be < 1
+        expect(answers_after_drain([idle, talker])).to eq(["", "first\n"])
+      end
+
       it "raises ArgumentError showing a negative or NaN timeout, and still accepts" do
         server = echo_server
         [-1, Float::NAN].each do |bad|
@@ -316,6 +359,34 @@ RSpec.describe Evix::TCPServer do
       it "waits for the handlers to finish, then stop ends run (README's pattern)", timing: true do
         result = drain_on_usr1(linger: 0.3, timeout: 3)
         expect(result).to match(got: "bye", forced: 0, took: be_between(0.28, 2), left: 0)
+      end
+
+      it "answers on SIGTERM the requests that arrived just before the drain began" do
+        answers = in_child(timeout: 10) do
+          child_loop = Evix::Loop.new
+          server = Evix::TCPServer.new(child_loop, "127.0.0.1", 0) do |client|
+            while (line = client.gets)
+              client.write(line)
+            end
+          end
+          clients = Array.new(20) { TCPSocket.new("127.0.0.1", server.port) }
+          child_loop.add_signal(:TERM) do
+            # The requests arrive now: in the kernel's buffers, not read.
+            clients.each_with_index { |client, i| client.write("request #{i}\n") }
+            server.shutdown(timeout: 2)
+            child_loop.stop
+          end
+          child_loop.run_once(0.05) until server.connections == 20
+          child_loop.run_once(0.02) # every handler now waits in gets
+          Process.kill(:TERM, Process.pid)
+          child_loop.run
+          clients.map do |client|
+            client.wait_readable(3) ? client.read : :nothing
+          rescue SystemCallError => e
+            e.class.name
+          end
+        end
+        expect(answers).to eq(Array.new(20) { |i| "request #{i}\n" })
       end
 
       it "forces what is left at the deadline (the handler is cancelled), then stop ends run", timing: true do

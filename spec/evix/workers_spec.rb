@@ -120,6 +120,21 @@ RSpec.describe Evix::Workers do
     end
   end
 
+  it "reports failure (run is false, exit 1) when every worker crashed in its setup block" do
+    code = <<~RUBY
+      workers = Evix::Workers.new("127.0.0.1", 0, count: 2) { raise "broken worker" }
+      puts workers.port
+      $stdout.flush
+      exit workers.run
+    RUBY
+    WorkersProcess.run(code) do |parent|
+      sleep 0.05 until parent.stderr.scan(/failed: RuntimeError: broken worker/).size >= 2
+      parent.signal(:TERM)
+      status = parent.wait
+      expect(status.exitstatus).to eq(1), parent.stderr
+    end
+  end
+
   it "drains on SIGTERM: an in-flight connection finishes, the workers exit, the parent exits 0" do
     code = <<~RUBY
       workers = Evix::Workers.new("127.0.0.1", 0, count: 2, timeout: 5) do |loop, listener|
@@ -234,6 +249,74 @@ RSpec.describe Evix::Workers do
       stop = true
       client&.join
       log.close!
+    end
+  end
+
+  # A drain answers every request that arrived before it began. A client
+  # whose next request comes after its worker's last read sees end of file
+  # before any reply (it reconnects and sends it again, as any keep-alive
+  # client does), never a reset.
+  it "loses no echo and resets no connection during a storm of SIGHUPs" do
+    code = <<~RUBY
+      workers = Evix::Workers.new("127.0.0.1", 0, count: 2, timeout: 2) do |loop, listener|
+        Evix::TCPServer.new(loop, listener) do |client|
+          while (line = client.gets)
+            client.write(line)
+          end
+        end
+      end
+      puts workers.port
+      $stdout.flush
+      exit workers.run
+    RUBY
+    WorkersProcess.run(code) do |parent|
+      outcomes = Hash.new(0)
+      stop = false
+      clients = Array.new(4) do |t|
+        Thread.new do
+          socket = nil
+          sent = 0
+          until stop
+            socket ||= Socket.tcp("127.0.0.1", parent.port, connect_timeout: 5)
+            request = "#{t}-#{sent}\n"
+            begin
+              socket.write(request)
+              reply = socket.wait_readable(5) && socket.gets
+            rescue SystemCallError => e
+              outcomes[e.class.name] += 1
+              reply = :failed
+            end
+            if reply == request
+              outcomes[:echoed] += 1
+              sent += 1
+              next
+            end
+            if reply.nil?
+              outcomes[:closed_before_reply] += 1 # arrived after the drain began: sent again
+            elsif reply != :failed
+              outcomes[:wrong] += 1
+            end
+            socket.close
+            socket = nil
+          end
+        ensure
+          socket&.close
+        end
+      end
+      sleep 0.05 until outcomes[:echoed] >= 200
+      12.times do
+        parent.signal(:HUP)
+        sleep 0.25
+      end
+      before = outcomes[:echoed]
+      sleep 0.05 until outcomes[:echoed] >= before + 200
+      stop = true
+      clients.each(&:join)
+      expect(outcomes.keys - %i[echoed closed_before_reply]).to eq([]), outcomes.inspect
+      expect(outcomes[:echoed]).to be > 400
+    ensure
+      stop = true
+      clients&.each(&:join)
     end
   end
 

@@ -98,6 +98,31 @@ RSpec.describe "evix chat (examples/chat.rb)" do
     end
   end
 
+  it "sends a UTF-8 welcome and members' non-ASCII lines side by side, and serves on" do
+    with_chat(welcome: "Bienvenue à tous ☕\n") do |server|
+      welcome = "Bienvenue à tous ☕".b
+      alice, = join(server, welcome: welcome)
+      bob, = join(server, welcome: welcome)
+      expect(alice.gets).to eq("* guest2 joined")
+      alice.puts("ça va? ☕")
+      expect(bob.gets.force_encoding(Encoding::UTF_8)).to eq("guest1: ça va? ☕")
+      # Carol's /nick is read before her first lines are written: the welcome
+      # and a line with her non-ASCII name are in her outbox together.
+      server.signal(:STOP)
+      carol = server.connect
+      carol.puts("/nick zoë")
+      server.signal(:CONT)
+      expect(carol.gets).to eq(welcome)
+      expect(carol.gets).to eq("* you are guest3")
+      expect(carol.gets.force_encoding(Encoding::UTF_8)).to eq("* you are now zoë")
+      expect([alice.gets, bob.gets]).to eq(["* guest3 joined", "* guest3 joined"])
+      carol.puts("é")
+      expect([alice.gets, bob.gets, alice.gets, bob.gets].map { |line| line.force_encoding(Encoding::UTF_8) })
+        .to eq(["* guest3 is now zoë", "* guest3 is now zoë", "zoë: é", "zoë: é"])
+      expect(server.stderr).not_to match(/Error/)
+    end
+  end
+
   it "tells the room when a client leaves" do
     with_chat do |server|
       alice, = join(server)
@@ -237,6 +262,35 @@ RSpec.describe "evix chat (examples/chat.rb)" do
       expect(carol.gets).to eq("guest1: still here")
     ensure
       writer&.kill
+    end
+  end
+
+  # Every join, line and leave goes to every member: a room that 1,000
+  # clients join at once holds about a million deliveries. Each is a
+  # reference to one shared line, not a copy per member.
+  it "stays bounded when 1,000 clients each send a line and reset, and serves on afterwards" do
+    with_chat(env: tight_gc) do |server|
+      watcher, = join(server)
+      before = rss(server.pid)
+      1000.times do |i|
+        socket = Socket.tcp("127.0.0.1", server.port)
+        socket.write("hello from #{i}\n")
+        socket.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii"))
+        socket.close
+      end
+      joined = 0
+      until joined == 1000
+        line = watcher.gets(timeout: 20) or break
+        joined += 1 if line.end_with?(" joined")
+      end
+      watcher.puts("/done")
+      nil until watcher.gets(timeout: 20) == "* unknown command /done (try /nick NAME)"
+      expect(joined).to eq(1000)
+      grown = rss(server.pid) - before
+      expect(grown).to be < 16 * 1024 * 1024, "the server grew by #{grown / 1024} KiB"
+      expect(server.stderr).not_to match(/Error/)
+      _, name = join(server)
+      expect(watcher.gets).to eq("* #{name} joined")
     end
   end
 
