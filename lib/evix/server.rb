@@ -94,7 +94,8 @@ module Evix
       raise
     end
 
-    # Sets the handler for a connection's exception (default: one line on $stderr).
+    # Sets the handler for a connection's exception (default: the exception
+    # and its first frames on $stderr, evix's own folded: Evix::Backtrace.report).
     # @return [self]
     def on_error(&block)
       raise ArgumentError, "on_error requires a block" unless block
@@ -243,7 +244,7 @@ module Evix
     end
 
     def report(error, _client)
-      warn "evix: connection error: #{error.class}: #{error.message}"
+      warn "evix: connection error: #{Backtrace.report(error)}"
     end
   end
 end

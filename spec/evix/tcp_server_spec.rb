@@ -427,7 +427,7 @@ RSpec.describe Evix::TCPServer do
         expect(round_trip(ev, newcomer, "three\n")).to eq("three\n")
       end
 
-      it "writes one line to $stderr by default" do
+      it "writes the exception and its first frames (evix's folded) to $stderr by default" do
         server, = failing_server
         captured = StringIO.new
         original = $stderr
@@ -441,8 +441,10 @@ RSpec.describe Evix::TCPServer do
           $stderr = original
         end
         lines = captured.string.lines
-        expect(lines.size).to eq(1), captured.string
+        expect(lines.size).to be_between(2, Evix::Backtrace::REPORT_FRAMES + 2), captured.string
         expect(lines.first).to include("EvixSpecError").and include("bad line from client")
+        expect(lines[1]).to start_with("\tfrom #{__FILE__}:401:")
+        expect(lines.drop(1)).to all(start_with("\t"))
       end
 
       it "raises ArgumentError from on_error without a block" do
