@@ -228,7 +228,8 @@ RSpec.describe "evix chat (examples/chat.rb)" do
       grown = rss(server.pid) - before
       expect(grown).to be < 16 * 1024 * 1024, "the server grew by #{grown / 1024} KiB"
 
-      expect(server.stderr.lines(chomp: true)).to eq(["evix chat: disconnected guest2: more than 1048576 bytes waiting to be sent " \
+      log = server.stderr.lines(chomp: true)
+      expect(log).to eq(["evix chat: disconnected guest2: more than 1048576 bytes waiting to be sent " \
                          "(it does not read)"])
       expect(slow.lines_until_eof(timeout: 5).last).to start_with("guest1: xxx") # what it had, then the end
 
