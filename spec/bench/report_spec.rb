@@ -21,7 +21,8 @@ RSpec.describe "bench/report.rb" do
 
   def save_run(stamp, rows, name = "lane-3.3")
     FileUtils.mkdir_p(File.join(@dir, "runs"))
-    record = { "date" => "2026-12-0#{stamp}", "evix" => "commit c#{stamp}", "targets" => "against async 2", "rows" => rows }
+    record = { "date" => "2026-12-0#{stamp}", "evix" => "commit c#{stamp}", "targets" => "against async 2",
+               "rows" => rows }
     File.write(File.join(@dir, "runs", "#{name}-2026120#{stamp}-000000.json"), JSON.generate(record))
   end
 
