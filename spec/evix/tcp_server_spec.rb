@@ -323,8 +323,6 @@ RSpec.describe Evix::TCPServer do
         expect(result).to match(got: "", forced: 1, took: be_between(0.28, 2), left: 0)
       end
 
-      # README's server code as it stands, on port 0, printing the port first
-      # and "run returned" after run.
       # The README's shutdown pattern (its own example, run by spec/docs/readme_spec.rb, is
       # on a UNIX socket), on TCP, printing its port.
       def readme_server_code
