@@ -18,10 +18,16 @@ RSpec.describe "The repository's own words" do
     "a section sign without a document" => /(?<!RFC \d{4} )§\s*\d/
   }
 
+  # What git lists (tracked and new files, not ignored ones); without git (a
+  # chroot, an unpacked archive), every file but build output.
+  build_output = %w[.git/ target/ tmp/ pkg/ doc/ .yardoc/ .bundle/]
   files = Dir.chdir(root) do
-    listed = IO.popen(%w[git ls-files -z --cached --others --exclude-standard], err: File::NULL,
-                      &:read).to_s.split("\0")
-    listed = Dir.glob("**/*", File::FNM_DOTMATCH).reject { |p| p.start_with?("target/", "tmp/") } if listed.empty?
+    listed = begin
+      IO.popen(%w[git ls-files -z --cached --others --exclude-standard], err: File::NULL, &:read).split("\0")
+    rescue SystemCallError
+      []
+    end
+    listed = Dir.glob("**/*", File::FNM_DOTMATCH).reject { |path| path.start_with?(*build_output) } if listed.empty?
     listed.select { |path| File.file?(path) } - ["Cargo.lock", itself]
   end
 
