@@ -451,7 +451,8 @@ RSpec.describe Evix::TCPServer do
         lines = captured.string.lines
         expect(lines.size).to be_between(2, Evix::Backtrace::REPORT_FRAMES + 2), captured.string
         expect(lines.first).to include("EvixSpecError").and include("bad line from client")
-        expect(lines[1]).to start_with("\tfrom #{__FILE__}:401:")
+        raise_line = File.readlines(__FILE__).index { |text| text.include?('"bad line from client" if') } + 1
+        expect(lines[1]).to start_with("\tfrom #{__FILE__}:#{raise_line}:")
         expect(lines.drop(1)).to all(start_with("\t"))
       end
 
