@@ -22,11 +22,15 @@ Gem::Specification.new do |spec|
   # .sitearchdir.time from an in-place build, target/, specs, benchmarks) stays out,
   # and so does Rust code only `cargo test` compiles. spec/gem checks the result.
   packaged = %w[lib/**/*.rb sig/**/*.rbs exe/evix examples/**/*.rb ext/evix/extconf.rb ext/evix/Cargo.toml
-                ext/evix/src/**/*.rs Cargo.toml Cargo.lock README.md LICENSE]
+                ext/evix/src/**/*.rs Cargo.toml Cargo.lock README.md LICENSE docs/api/ri/native.rb]
   rust_tests = %w[ext/evix/src/**/tests/**/* ext/evix/src/**/tests.rs ext/evix/src/**/*_test.rs
                   ext/evix/src/**/*_tests.rs ext/evix/src/**/testing.rs]
   spec.files = (Dir.glob(packaged, base: __dir__) - Dir.glob(rust_tests, base: __dir__)).sort
 
+  # RDoc (and so ri) reads lib/ and these: the reference of the methods written in
+  # Rust, rendered from docs/api/native.rb by `rake doc:ri` (gem:build runs it first).
+  spec.extra_rdoc_files = ["README.md", *spec.files.grep(%r{\Adocs/api/ri/})]
+  spec.rdoc_options = ["--main", "README.md"]
   spec.require_paths = ["lib"]
   spec.extensions = ["ext/evix/extconf.rb"]
   spec.bindir = "exe"

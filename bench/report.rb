@@ -44,7 +44,7 @@ def targets_across_runs(lane_path)
 
   rows = runs.flat_map { |run| run["rows"].map(&:first) }.uniq.map { |name| target_line(name, runs) }
   <<~MD.chomp
-    ## Targets (issue #{runs.last["issue"]}) in #{runs.size == 1 ? "the last full run" : "the last #{runs.size} full runs"}
+    ## Targets (#{runs.last["targets"]}) in #{runs.size == 1 ? "the last full run" : "the last #{runs.size} full runs"}
 
     A target is met only if it holds in each of #{RUNS_JUDGED} full runs of this lane (measured, and met in that run).
 

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # The side-by-side benchmark of evix against its Ruby peers and a raw Rust
-# ceiling (issue 5). Run by `rake bench` (and `evix bench`), or directly:
+# ceiling. Run by `rake bench` (and `evix bench`), or directly:
 #
 #   ruby bench/run.rb
 #
@@ -11,7 +11,7 @@
 # peak RSS compares; bench/micro.rb adds the in-process micro-benchmarks
 # (including 100,000 cross-thread wake-ups). The tables go to stdout and to
 # bench/RESULTS.md with the machine, Ruby, kernel and peer versions, followed
-# by the issue's targets evaluated on this run and bench/PROFILE.md (what
+# by the lane's targets evaluated on this run and bench/PROFILE.md (what
 # bounds evix's figures).
 #
 # Environment:

@@ -7,7 +7,8 @@ module Evix
     # A chat room. Every line a client sends goes to all the others as
     # "name: line". New clients are called guest1, guest2, ...; `/nick NAME`
     # renames. A client silent for `idle` seconds is kicked. The first line a
-    # new client gets is the content of the welcome file, re-read on SIGHUP.
+    # new client gets is DEFAULT_WELCOME, or the content of the welcome file
+    # when one is given (re-read on SIGHUP).
     #
     # Nobody waits on another client's socket: a line goes to each member
     # by Evix::IO#try_write, whose outbox the loop writes in the background,
@@ -29,7 +30,8 @@ module Evix
       MAX_OUTBOX = 1024 * 1024 # bytes waiting to be sent to one member
 
       # @raise [ArgumentError] unless max_outbox is a positive Integer
-      def initialize(host: "127.0.0.1", port: 7001, idle: 60, welcome: "welcome.txt", max_outbox: MAX_OUTBOX)
+      # @param welcome [String, nil] a file whose text greets new clients; nil: DEFAULT_WELCOME
+      def initialize(host: "127.0.0.1", port: 7001, idle: 60, welcome: nil, max_outbox: MAX_OUTBOX, verbose: false)
         unless max_outbox.is_a?(Integer) && max_outbox.positive?
           raise ArgumentError, "max_outbox must be a positive Integer number of bytes (got #{max_outbox.inspect})"
         end
@@ -40,6 +42,7 @@ module Evix
         @max_outbox = max_outbox
         @welcome_path = welcome
         @welcome = DEFAULT_WELCOME
+        @verbose = verbose
         @members = {} # name => Member
         @guests = 0
       end
@@ -49,7 +52,7 @@ module Evix
         @loop = loop
         reload_welcome
         loop.add_signal(:HUP) { reload_welcome }
-        Evix::TCPServer.new(loop, @host, @port, write_high_water: @max_outbox) { |client| serve(client) }
+        Evix::TCPServer.new(loop, @host, @port, write_high_water: @max_outbox) { |client| logged(client) { serve(client) } }
       end
 
       # Tells everyone, then drains: every queued line is written before the
@@ -59,8 +62,11 @@ module Evix
         super
       end
 
-      # Re-reads the welcome file; a missing or unreadable one keeps the old text.
+      # Re-reads the welcome file, if one was given; a missing or unreadable
+      # one keeps the old text.
       def reload_welcome
+        return unless @welcome_path
+
         @welcome = File.binread(@welcome_path).chomp
       rescue SystemCallError, IOError => e
         warn "evix chat: keeping the current welcome text: #{e.message}"

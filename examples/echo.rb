@@ -12,17 +12,21 @@ module Evix
       include Runner
 
       # @param ssl_context [OpenSSL::SSL::SSLContext, nil] serve TLS with it
-      def initialize(host: "127.0.0.1", port: 7000, ssl_context: nil)
+      # @param verbose [Boolean] log each connection on stderr
+      def initialize(host: "127.0.0.1", port: 7000, ssl_context: nil, verbose: false)
         @host = host
         @port = port
         @ssl_context = ssl_context
+        @verbose = verbose
       end
 
       # @return [Evix::TCPServer]
       def start(loop)
         Evix::TCPServer.new(loop, @host, @port, ssl_context: @ssl_context) do |client|
-          while (data = client.read)
-            client.write(data)
+          logged(client) do
+            while (data = client.read)
+              client.write(data)
+            end
           end
         end
       end

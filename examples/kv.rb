@@ -56,9 +56,10 @@ module Evix
       OK = Status.new("OK")
       PONG = Status.new("PONG")
 
-      def initialize(host: "127.0.0.1", port: 7002)
+      def initialize(host: "127.0.0.1", port: 7002, verbose: false)
         @host = host
         @port = port
+        @verbose = verbose
         @data = {}
         @expiries = {} # key => [timer, deadline]
       end
@@ -66,7 +67,7 @@ module Evix
       # @return [Evix::TCPServer]
       def start(loop)
         @loop = loop
-        Evix::TCPServer.new(loop, @host, @port) { |client| serve(client) }
+        Evix::TCPServer.new(loop, @host, @port) { |client| logged(client) { serve(client) } }
       end
 
       # Runs one command.

@@ -34,6 +34,7 @@ begin
 rescue LoadError
   require "evix/evix"
 end
+require_relative "evix/backtrace"
 require_relative "evix/task"
 require_relative "evix/nursery"
 require_relative "evix/wait_list"

@@ -17,14 +17,14 @@ module BenchLanes
   QUICK = ENV["EVIX_BENCH_QUICK"] == "1"
   DIR = File.join(EvixBuild::ROOT, "tmp", QUICK ? "bench-quick" : "bench")
   # What each lane measures unless EVIX_BENCH_ONLY says otherwise: the 3.3
-  # lane what issue 14 set targets for, the 3.1 lane the rest (redis: the
+  # lane what the targets against async 2 need, the 3.1 lane the rest (redis: the
   # host has redis-server, the chroot not).
   WORKLOADS = {
     "3.1" => "echo,http,idle,syscalls,redis,timers,fibers,micro",
     "3.3" => "echo,rate,maxrate,http,scheduler"
   }.freeze
   CONNECTIONS = { "3.1" => "1,10,100,1000", "3.3" => "100,1000" }.freeze
-  # Five rounds where issue 14's targets are judged, three on the older lane.
+  # Five rounds where the targets against async 2 are judged, three on the older lane.
   ROUNDS = { "3.1" => "3", "3.3" => "5" }.freeze
 
   module_function

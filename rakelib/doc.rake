@@ -2,12 +2,13 @@
 
 require "rake/clean"
 require_relative "evix_build"
+require_relative "ri_doc"
 
 # The API reference: YARD (Debian's yard package) reads what .yardopts lists,
 # lib/ and docs/api/native.rb (the methods the Rust extension defines). yard is
 # a system gem outside the bundle, so it runs outside `bundle exec`'s
 # environment.
-CLEAN.include("doc", ".yardoc")
+CLEAN.include("doc", ".yardoc", "docs/api/ri")
 
 # Runs yard with +args+ outside the bundle; returns its output (stderr too) and status.
 def evix_yard(*args)
@@ -32,6 +33,11 @@ namespace :doc do
     puts out
     abort "doc:check: YARD warned about the comments above" unless status.success?
     abort "doc:check: the objects listed above have no comment" unless out.include?("100.00% documented")
+  end
+
+  desc "Render docs/api/native.rb into RDoc markup for ri (#{EvixRiDoc::TARGET}, which the gem ships)"
+  task :ri do
+    puts "doc:ri: wrote #{EvixRiDoc.write}"
   end
 
   desc "Check docs/api/native.rb against the compiled extension: its classes, constants and methods (visibility, arity)"

@@ -19,6 +19,7 @@ module EvixGemCheck
     %r{\Aexamples/[a-z0-9_/]+\.rb\z},
     %r{\Aext/evix/(extconf\.rb|Cargo\.toml)\z},
     %r{\Aext/evix/src/[a-z0-9_/]+\.rs\z},
+    %r{\Adocs/api/ri/native\.rb\z},
     /\A(Cargo\.toml|Cargo\.lock|README\.md|LICENSE)\z/
   ].freeze
 

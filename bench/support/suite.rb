@@ -110,7 +110,7 @@ module Bench
     end
 
     # Every full run keeps its target rows beside the lane report (runs/LANE-TIME.json):
-    # issue 14 calls a target met only if it holds in each of three full runs, and
+    # a target is met only if it holds in each of three full runs, and
     # bench/report.rb tabulates the last three.
     def save_targets(out, rows)
       return if rows.empty? || @config.quick
@@ -119,7 +119,7 @@ module Bench
       FileUtils.mkdir_p(dir)
       name = "#{File.basename(out, ".md")}-#{@started.utc.strftime("%Y%m%d-%H%M%S")}.json"
       record = { "date" => @started.utc.strftime("%Y-%m-%d %H:%M UTC"), "evix" => evix_revision,
-                 "issue" => targets_issue, "rows" => rows }
+                 "targets" => targets_name, "rows" => rows }
       File.write(File.join(dir, name), JSON.pretty_generate(record))
     end
 

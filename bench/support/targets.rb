@@ -1,27 +1,30 @@
 # frozen_string_literal: true
 
 module Bench
-  # The targets of issue 5 (against async 1.30, the Ruby 3.1 lane) and of
-  # issue 14 (today's peers: async 2, the Ruby 3.3 lane), checked against
-  # this run's figures.
+  # The targets against async 1.30 (the Ruby 3.1 lane) and against today's
+  # peers (async 2, the Ruby 3.3 lane), checked against this run's figures.
   module Targets
     private
 
     def targets_section(rows)
       return nil if rows.empty?
 
-      "## Targets (issue #{targets_issue}), from this run\n\n" \
+      "## Targets (#{targets_name}), from this run\n\n" \
         "#{Report.table(%w[Target Measured Needed Met], rows, align: "llll")}"
     end
 
-    # The issue whose targets this lane judges: 14 where async 2 is the peer, else 5.
-    def targets_issue
-      @versions["async"].to_s >= "2" ? 14 : 5
+    # Which targets this lane judges: against async 2 where it is the peer, else against async 1.30.
+    def targets_name
+      modern_targets? ? "against async 2" : "against async 1.30"
     end
 
-    # [target, measured, needed, met] for each target of this lane's issue.
+    def modern_targets?
+      @versions["async"].to_s >= "2"
+    end
+
+    # [target, measured, needed, met] for each target this lane judges.
     def target_rows
-      if targets_issue == 14
+      if modern_targets?
         [*paced_targets, *modern_echo_targets, *scheduler_workload_targets]
       else
         [*echo_targets, *syscall_targets, *http_targets, *timer_targets, *fiber_targets, *idle_targets]

@@ -1,9 +1,10 @@
 # frozen_string_literal: true
 
 # The API reference of what the Rust extension defines (ext/evix/src/ruby/*.rs),
-# for YARD only: .yardopts lists this file after lib/ (so the class comments here
-# win over lib/'s notes on reopening them), Ruby never loads it, and the gem does
-# not package it. Each signature takes the arguments the native method accepts;
+# for YARD: .yardopts lists this file after lib/ (so the class comments here win
+# over lib/'s notes on reopening them), and Ruby never loads it. The gem ships it
+# rendered for RDoc and ri (`rake doc:ri`, rakelib/ri_doc.rb: the YARD tags become
+# RDoc lists). Each signature takes the arguments the native method accepts;
 # `rake doc:native` checks them against the compiled extension.
 # Evix, Scheduler and IO are reopened without a comment: theirs are in lib/.
 # rubocop:disable Style/Documentation

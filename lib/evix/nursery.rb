@@ -2,7 +2,8 @@
 
 module Evix
   # The tasks of one Evix::Scheduler (every Fiber.schedule under Evix.run),
-  # and how their failures end the run (DESIGN.md §9): the first unhandled
+  # and how their failures end the run (docs/architecture.md, "Failure and
+  # cancellation"): the first unhandled
   # exception cancels every other task, their ensure blocks run for up to
   # +cancel_timeout+ seconds, then the first exception is raised; later ones
   # are in its #suppressed. A task still running past the bound is

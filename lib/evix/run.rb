@@ -40,10 +40,12 @@ module Evix
       Fiber.set_scheduler(scheduler)
       nursery = scheduler.nursery
       task = nursery.spawn(&)
-      drive(nursery)
+      drive(nursery, block_task: task)
       nursery.raise_failure
       finished = true
       task.wait(timeout: 0) # an abandoned block: Evix::TimeoutError, never a hang
+    rescue Exception => e # rubocop:disable Lint/RescueException -- re-raised, with the caller's frames
+      raise Backtrace.for_run(e, caller)
     ensure
       # Thread#kill unwinds through here with no exception to rescue.
       drive(nursery, "the thread is being killed") if nursery && !finished && !$ERROR_INFO
@@ -54,11 +56,12 @@ module Evix
     # Drives the nursery to its end; an exception raised into the loop's own
     # fiber (a signal, Thread#raise) fails the run like any fiber's, and the
     # cancelled fibers still get their bounded time.
-    def drive(nursery, killed = nil)
+    def drive(nursery, killed = nil, block_task: nil)
       nursery.cancel_all(killed) if killed
       begin
         nursery.drive
       rescue Exception => e # rubocop:disable Lint/RescueException -- becomes the run's failure
+        Backtrace.arrived(e, block_task&.alive? ? block_task.fiber.backtrace : []) unless nursery.failure
         nursery.fail_with(e)
         retry
       end

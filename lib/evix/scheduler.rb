@@ -245,8 +245,8 @@ module Evix
     # blocking_operation_wait (Ruby >= 3.4) is not defined. Ruby hands it an
     # opaque job for every blocking region it marks offload-safe: IO#close,
     # File.open, File.stat, ... all of which it would turn into a trip
-    # through a pool thread (several times dearer each: the README's
-    # "Supported Rubies" has the figures), with no way to tell the rare long
+    # through a pool thread (several times dearer each: docs/performance.md
+    # has the figures), with no way to tell the rare long
     # one from the many short ones. Without it Ruby runs them in the fiber's
     # thread, as 3.1 and 3.3 do.
 

@@ -41,6 +41,31 @@ module Evix
       value
     end
 
+    # +loop+ if it is an open Evix::Loop.
+    # @api private
+    # @param loop [Object] what the caller passed
+    # @return [Evix::Loop]
+    # @raise [TypeError] not a loop
+    # @raise [Evix::ClosedError] a closed one
+    def self.check_loop(loop)
+      raise TypeError, "loop must be an Evix::Loop (got #{loop.inspect})" unless loop.is_a?(Loop)
+      raise ClosedError, "loop is closed (#{loop.inspect})" if loop.closed?
+
+      loop
+    end
+
+    # +backlog+ if it is a positive Integer (listen(2)'s queue length).
+    # @api private
+    # @param backlog [Object] what the caller passed
+    # @return [Integer]
+    # @raise [TypeError, ArgumentError] not such a number
+    def self.check_backlog(backlog)
+      raise TypeError, "backlog must be an Integer (got #{backlog.inspect})" unless backlog.is_a?(Integer)
+      raise ArgumentError, "backlog must be positive (got #{backlog})" unless backlog.positive?
+
+      backlog
+    end
+
     # Checks the options, then listens (the subclass's #listen) and starts
     # accepting. Nothing is bound when an argument is wrong.
     # @param loop [Evix::Loop]
@@ -50,9 +75,12 @@ module Evix
     #   Evix::IO#write_high_water
     # @yieldparam client [Evix::IO] each connection, in its own task; closed
     #   when the block returns
+    # @raise [TypeError] for a loop that is not an Evix::Loop
+    # @raise [Evix::ClosedError] for a closed loop
     # @raise [ArgumentError] without a block, or for a negative or non-finite
     #   idle_timeout, or a write_high_water that is not a positive Integer
     def initialize(loop, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, &handler)
+      Server.check_loop(loop)
       raise ArgumentError, "#{self.class}.new requires a block" unless handler
 
       @write_high_water = IO.high_water(write_high_water)
@@ -65,9 +93,13 @@ module Evix
       @listener = listen
       @local_address = @listener.local_address
       @watcher = loop.add_io(@listener, READ) { accept_all }
+    rescue StandardError
+      abandon_listener if @listener # the loop refused it (another thread's loop): nothing stays bound
+      raise
     end
 
-    # Sets the handler for a connection's exception (default: one line on $stderr).
+    # Sets the handler for a connection's exception (default: the exception
+    # and its first frames on $stderr, evix's own folded: Evix::Backtrace.report).
     # @return [self]
     def on_error(&block)
       raise ArgumentError, "on_error requires a block" unless block
@@ -123,6 +155,11 @@ module Evix
     end
 
     private
+
+    # Closes a listener #initialize could not start serving.
+    def abandon_listener
+      @listener.close unless @listener.closed?
+    end
 
     # The one step between accept and the handler: turns an accepted socket
     # into the connection the handler gets. Runs in the accept callback (it
@@ -216,7 +253,7 @@ module Evix
     end
 
     def report(error, _client)
-      warn "evix: connection error: #{error.class}: #{error.message}"
+      warn "evix: connection error: #{Backtrace.report(error)}"
     end
   end
 end

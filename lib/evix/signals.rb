@@ -126,7 +126,7 @@ module Evix
     # Changes take a lock; the trap reads a frozen snapshot and takes none
     # (a trap handler may not lock a Mutex). A forked child inherits the
     # trap but none of the loops: on the child's first signal, or its first
-    # change here, it gets the old handlers back (DESIGN.md §4).
+    # change here, it gets the old handlers back (docs/architecture.md, "Fork").
     # @api private
     module Registry
       # One signal's state: the handler evix replaced, and the self-pipe

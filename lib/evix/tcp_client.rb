@@ -45,6 +45,7 @@ module Evix
     def connect(loop, host, port, timeout: nil, attempt_delay: ATTEMPT_DELAY,
                 ssl_context: nil, hostname: nil, verify: true, handshake_timeout: nil,
                 write_high_water: IO::WRITE_HIGH_WATER)
+      Server.check_loop(loop)
       IO.high_water(write_high_water)
       if ssl_context || hostname || handshake_timeout || verify != true
         raise ArgumentError, "hostname:, verify: and handshake_timeout: need an ssl_context:" unless ssl_context
@@ -71,7 +72,11 @@ module Evix
       raise Error, "Evix::TCPClient.connect must be called inside a task" unless Task.current
 
       deadline = timeout && (Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout)
-      addresses = resolve_by(loop, host, port, deadline)
+      addresses = begin
+        resolve_by(loop, host, port, deadline)
+      rescue SocketError => e # raised on the offload thread: name the host, show the caller's frames
+        raise SocketError, "#{host}:#{port}: #{e.message}", cause: nil
+      end
       raise SocketError, "#{host}:#{port} resolved to no address" if addresses.empty?
 
       socket = Race.new(loop, interleave(addresses), "#{host}:#{port}", attempt_delay).run(deadline)

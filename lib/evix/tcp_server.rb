@@ -38,11 +38,16 @@ module Evix
     # @param write_high_water [Integer] each connection's Evix::IO#write_high_water
     # @yieldparam client [Evix::IO] each connection, in its own task; closed
     #   when the block returns
-    # @raise [TypeError] for a host that is not a String or nil, a port that
-    #   is not an Integer, an ssl_context that is not an SSLContext
+    # @raise [TypeError] for a loop that is not an Evix::Loop, a host that is
+    #   not a String or nil, a port or backlog that is not an Integer, a
+    #   reuse_port that is not true or false, an ssl_context that is not an
+    #   SSLContext
     # @raise [ArgumentError] for an empty host, a port out of range, a
-    #   negative or non-finite idle_timeout, no block, a socket that is not
-    #   listening, or a port given with one
+    #   backlog below 1, a negative or non-finite idle_timeout, no block, a
+    #   socket that is not listening, or a port given with one
+    # @raise [SocketError] for a host name that does not resolve (the
+    #   message names host and port)
+    # @raise [Evix::ClosedError] for a closed loop
     def initialize(loop, host, port = nil, backlog: 1024, reuse_port: false, idle_timeout: nil,
                    ssl_context: nil, handshake_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, &handler)
       if ssl_context || handshake_timeout
@@ -55,7 +60,11 @@ module Evix
         @host = TCPServer.check_host(host)
         @port = TCPServer.check_port(port)
       end
-      @backlog = backlog
+      @backlog = Server.check_backlog(backlog)
+      unless [true, false].include?(reuse_port)
+        raise TypeError, "reuse_port must be true or false (got #{reuse_port.inspect})"
+      end
+
       @reuse_port = reuse_port
       super(loop, idle_timeout: idle_timeout, write_high_water: write_high_water, &handler)
     end
@@ -107,7 +116,14 @@ module Evix
     # @param reuse_port [Boolean] set SO_REUSEPORT
     # @return [Socket]
     def self.open_listener(host, port, backlog:, reuse_port: false)
-      return bind(Addrinfo.tcp(host, port), backlog, reuse_port) if host
+      if host
+        address = begin
+          Addrinfo.tcp(host, port)
+        rescue SocketError => e
+          raise SocketError, "#{host}:#{port}: #{e.message}", cause: nil
+        end
+        return bind(address, backlog, reuse_port)
+      end
 
       begin
         bind(Addrinfo.tcp(EVERY_ADDRESS[0], port), backlog, reuse_port)
@@ -132,6 +148,11 @@ module Evix
     private_class_method :bind
 
     private
+
+    # An adopted listener stays open: it is the caller's (Evix::Workers').
+    def abandon_listener
+      super unless @adopted
+    end
 
     def listen
       @adopted || TCPServer.open_listener(@host, @port, backlog: @backlog, reuse_port: @reuse_port)

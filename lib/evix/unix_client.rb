@@ -22,6 +22,7 @@ module Evix
     # @return [Evix::IO]
     # @raise [ArgumentError] for a bad path or timeout (see UNIXServer.new)
     def connect(loop, path, timeout: nil)
+      Server.check_loop(loop)
       path = UNIXServer.check_path(path)
       timeout &&= Server.seconds(timeout, "timeout")
       raise Error, "Evix::UNIXClient.connect must be called inside a task" unless Task.current

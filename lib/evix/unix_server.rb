@@ -35,7 +35,7 @@ module Evix
     #   that is not a socket is there
     def initialize(loop, path, backlog: 1024, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, &handler)
       @path = UNIXServer.check_path(path)
-      @backlog = backlog
+      @backlog = Server.check_backlog(backlog)
       super(loop, idle_timeout: idle_timeout, write_high_water: write_high_water, &handler)
     end
 
@@ -68,6 +68,11 @@ module Evix
     end
 
     private
+
+    def abandon_listener
+      super
+      remove_socket_file
+    end
 
     def listen
       remove_stale_socket_file

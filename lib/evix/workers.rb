@@ -61,7 +61,8 @@ module Evix
       @timeout = Server.seconds(timeout, "timeout")
       @count = count
       @setup = setup
-      @listener = TCPServer.open_listener(TCPServer.check_host(host), TCPServer.check_port(port), backlog: backlog)
+      @listener = TCPServer.open_listener(TCPServer.check_host(host), TCPServer.check_port(port),
+                                          backlog: Server.check_backlog(backlog))
       @local_address = @listener.local_address
       @workers = {} # pid => Worker: the one record of every live child
     end

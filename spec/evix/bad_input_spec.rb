@@ -2,8 +2,8 @@
 
 require "spec_helper"
 
-# Issue 13, "Bad input and remaining hangs" (DESIGN.md §9: input sizes are
-# bounded before allocation). What can abort, hang or leave global state
+# Bad input and hangs (docs/architecture.md, "Failure and cancellation":
+# input sizes are bounded before allocation). What can abort, hang or leave global state
 # behind runs in a child process with a deadline.
 RSpec.describe "Bad input and the remaining hangs" do
   # The task's outcome (see #capture) once the loop ran (at most +seconds+),

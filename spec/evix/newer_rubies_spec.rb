@@ -5,8 +5,8 @@ require "tempfile"
 require "timeout"
 
 # What Ruby 3.3 and 3.4 do differently under Evix.run: the hooks only they
-# call, and the ones evix leaves undefined on purpose (see "Supported
-# Rubies" in the README). Each runs on every lane; the defects they guard
+# call, and the ones evix leaves undefined on purpose (docs/architecture.md,
+# "The scheduler's hooks, Ruby by Ruby"). Each runs on every lane; the defects they guard
 # against were seen only on the Ruby named.
 RSpec.describe "Evix::Scheduler on Ruby 3.3 and 3.4" do
   # Ruby passes io_select only the arguments IO.select was given: before the

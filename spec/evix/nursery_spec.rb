@@ -2,11 +2,12 @@
 
 require "spec_helper"
 
-# Issue 13, "How failures end a run" (DESIGN.md §9): Evix.run is a nursery.
+# How failures end a run (docs/architecture.md, "Failure and cancellation"):
+# Evix.run is a nursery.
 # The first unhandled exception, Interrupt, SignalException, exit or
 # Thread#kill cancels the run's other fibers, runs their ensure blocks (bounded
-# by cancel_timeout), then propagates. Most of these hang or kill the process
-# today, so they run in a fresh Ruby with a deadline and check what it printed.
+# by cancel_timeout), then propagates. A regression here would hang or kill the
+# process, so each case runs in a fresh Ruby with a deadline and checks what it printed.
 RSpec.describe "How failures end a run" do
   # Prepended to every child's code: unbuffered output, an error class of our
   # own, and a monotonic clock. `puts` is one write: Ruby's own writes the line
@@ -318,7 +319,7 @@ RSpec.describe "How failures end a run" do
     end
 
     describe "Evix::Loop#run on backend #{backend}" do
-      # passes today (DESIGN §5 already holds)
+      # the loop's own rule (docs/architecture.md, "Failure and cancellation")
       it "propagates a callback's exception out of run, and the loop runs again" do
         evloop = new_loop(backend)
         evloop.next_tick { raise EvixSpecError, "from a callback" }

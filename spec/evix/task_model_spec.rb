@@ -2,9 +2,9 @@
 
 require "spec_helper"
 
-# Issue 13, "Tasks (every fiber a loop drives)": Evix::Task.current, Task#wait(timeout:),
+# Tasks (every fiber a loop drives): Evix::Task.current, Task#wait(timeout:),
 # Task#cancel(reason) from anywhere, Task#cancelled?, tasks under Evix.run, and waits in
-# fibers that user code resumed. Each example notes how it fails on today's main.
+# fibers that user code resumed. Each example notes how it failed before the task model.
 RSpec.describe "Evix::Task, one world of tasks" do
   # The outcome of task.wait as a Marshal-able value.
   def outcome_of(task)
@@ -363,7 +363,7 @@ RSpec.describe "Evix::Task, one world of tasks" do
     # today: hangs (child killed): the read in the Enumerator's fiber yields back to #next
     # Passes on Ruby 3.3; on 3.1 the io_read hook's Ruby fallback still hangs here.
     it "Enumerator#next over a socket read inside Evix.run returns the data; other fibers run meanwhile",
-       **(RUBY_VERSION < "3.3" ? { pending: "issue 13: hangs on Ruby 3.1 (io_read's Ruby path)" } : {}) do
+       **(RUBY_VERSION < "3.3" ? { pending: "hangs on Ruby 3.1 (io_read's Ruby path)" } : {}) do
       Evix.backends.each do |backend|
         result = evix_run_in_child(backend, timeout: 3) do
           r, w = UNIXSocket.pair
@@ -407,7 +407,7 @@ RSpec.describe "Evix::Task, one world of tasks" do
   # raises FiberError (as in async 2); a task can still be parked outside
   # any wait of the loop by switching away by hand.
   describe "Scheduler#close and a fiber parked outside any hook" do
-    # before issue 13: hangs (child killed): close ran the loop until that fiber ended, which it never does
+    # before the task model: hangs (child killed): close ran the loop until that fiber ended, which it never does
     it "Fiber.set_scheduler(nil) returns while a scheduled fiber is parked outside any hook, and warns naming it" do
       run = run_ruby(<<~RUBY, timeout: 4)
         main = Fiber.current
@@ -423,7 +423,7 @@ RSpec.describe "Evix::Task, one world of tasks" do
       expect(run.status.success?).to be(true)
     end
 
-    # before issue 13: hangs (child killed): the run waited for the parked fiber forever
+    # before the task model: hangs (child killed): the run waited for the parked fiber forever
     it "Evix.run returns while one of its fibers is parked outside any hook" do
       run = run_ruby(<<~RUBY, timeout: 4)
         main = Fiber.current

@@ -394,18 +394,26 @@ RSpec.describe Evix::TCPServer do
         expect(result).to match(got: "", forced: 1, took: be_between(0.28, 2), left: 0)
       end
 
-      # README's server code as it stands, on port 0, printing the port first
-      # and "run returned" after run.
+      # The README's shutdown pattern (its own example, run by spec/docs/readme_spec.rb, is
+      # on a UNIX socket), on TCP, printing its port.
       def readme_server_code
-        readme = File.read(File.expand_path("../../README.md", __dir__))
-        snippet = readme[/^server = Evix::TCPServer\.new.*?^loop\.run\b[^\n]*\n/m]
-        expect(snippet).to include("loop.add_signal(:TERM) { server.shutdown(timeout: 5); loop.stop }")
-        server_code = snippet.sub(", 7000,", ", 0,").sub(/^loop\.run/, "puts \"port \#{server.port}\"\nloop.run")
-        "$stdout.sync = true\nloop = Evix::Loop.new\n#{server_code}puts 'run returned'\n"
+        <<~'RUBY'
+          $stdout.sync = true
+          loop = Evix::Loop.new
+          server = Evix::TCPServer.new(loop, "127.0.0.1", 0, idle_timeout: 60) do |client|
+            while (data = client.read)
+              client.write(data)
+            end
+          end
+          loop.add_signal(:TERM) { server.shutdown(timeout: 5); loop.stop }
+          puts "port #{server.port}"
+          loop.run
+          puts 'run returned'
+        RUBY
       end
 
       # A TERM while a client is connected drains it and run returns.
-      it "runs README's own code: the client sees EOF and run returns" do
+      it "runs the README's shutdown pattern: the client sees EOF and run returns" do
         lib = File.expand_path("../../lib", __dir__)
         command = [RbConfig.ruby, "-I", lib, "-revix", "-e", readme_server_code]
         Open3.popen3(*command, pgroup: true) do |input, out, err, thread|
@@ -498,7 +506,7 @@ RSpec.describe Evix::TCPServer do
         expect(round_trip(ev, newcomer, "three\n")).to eq("three\n")
       end
 
-      it "writes one line to $stderr by default" do
+      it "writes the exception and its first frames (evix's folded) to $stderr by default" do
         server, = failing_server
         captured = StringIO.new
         original = $stderr
@@ -512,8 +520,11 @@ RSpec.describe Evix::TCPServer do
           $stderr = original
         end
         lines = captured.string.lines
-        expect(lines.size).to eq(1), captured.string
+        expect(lines.size).to be_between(2, Evix::Backtrace::REPORT_FRAMES + 2), captured.string
         expect(lines.first).to include("EvixSpecError").and include("bad line from client")
+        raise_line = File.readlines(__FILE__).index { |text| text.include?('"bad line from client" if') } + 1
+        expect(lines[1]).to start_with("\tfrom #{__FILE__}:#{raise_line}:")
+        expect(lines.drop(1)).to all(start_with("\t"))
       end
 
       it "raises ArgumentError from on_error without a block" do

@@ -3,11 +3,11 @@
 require "spec_helper"
 require "io/wait"
 
-# Issue 13, "Threads, traps, fork" (DESIGN.md §9): a scheduler belongs to the
+# Threads, traps, fork (docs/architecture.md, "Threads" and "Fork"): a scheduler belongs to the
 # thread that installs it; trap handlers may call into a loop blocked in the
 # backend; the README's shutdown pattern works; a forked child never runs its
 # parent's loop; loops sharing a signal do not disable each other. Each case
-# runs in a fresh Ruby with a deadline: today several panic, hang or die.
+# runs in a fresh Ruby with a deadline: a regression may panic, hang or die.
 RSpec.describe "Threads, traps and fork" do
   let(:prelude) do
     <<~RUBY

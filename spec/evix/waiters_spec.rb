@@ -2,8 +2,8 @@
 
 require "spec_helper"
 
-# Issue 13, "Waiting and closing" (DESIGN.md §9: waiters have one owner, the
-# core): whoever closes an fd, however, from whichever thread, every fiber
+# Waiting and closing (docs/architecture.md, "Waiters": waiters have one
+# owner, the core): whoever closes an fd, however, from whichever thread, every fiber
 # waiting on it is resumed with a closed outcome, on every backend, and a new
 # socket that reuses the number is not deaf. Each example runs in a forked
 # child with a deadline: today most of these waiters stay parked forever.

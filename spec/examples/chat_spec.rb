@@ -158,8 +158,8 @@ RSpec.describe "evix chat (examples/chat.rb)" do
     end
   end
 
-  it "re-reads welcome.txt on SIGHUP; a missing file keeps the old text and logs it" do
-    with_chat(welcome: "Hello, first edition\n") do |server, dir|
+  it "re-reads the --welcome file on SIGHUP; a missing file keeps the old text and logs it" do
+    with_chat("--welcome", "welcome.txt", welcome: "Hello, first edition\n") do |server, dir|
       first, = join(server, welcome: "Hello, first edition")
       first.close
 
@@ -180,10 +180,12 @@ RSpec.describe "evix chat (examples/chat.rb)" do
     end
   end
 
-  it "starts with a default welcome line when there is no welcome.txt, and says so on stderr" do
-    with_chat do |server|
+  it "starts silently with its built-in welcome line without --welcome, reading no file (not even ./welcome.txt)" do
+    with_chat(welcome: "only read when asked for") do |server|
       join(server, welcome: default_welcome)
-      expect(server.stderr).to match(/keeping the current welcome text: .*welcome\.txt/)
+      server.signal(:HUP)
+      join(server, welcome: default_welcome)
+      expect(server.stderr).to be_empty
     end
   end
 
@@ -251,7 +253,7 @@ RSpec.describe "evix chat (examples/chat.rb)" do
       grown = rss(server.pid) - before
       expect(grown).to be < 16 * 1024 * 1024, "the server grew by #{grown / 1024} KiB"
 
-      log = server.stderr.lines(chomp: true).grep_v(/keeping the current welcome text/) # no welcome.txt here
+      log = server.stderr.lines(chomp: true)
       expect(log).to eq(["evix chat: disconnected guest2: more than 1048576 bytes waiting to be sent " \
                          "(it does not read)"])
       expect(slow.lines_until_eof(timeout: 5).last).to start_with("guest1: xxx") # what it had, then the end

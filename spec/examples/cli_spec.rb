@@ -2,6 +2,7 @@
 
 require "spec_helper"
 require "open3"
+require "tmpdir"
 
 RSpec.describe "exe/evix" do
   def evix(*args)
@@ -13,6 +14,21 @@ RSpec.describe "exe/evix" do
     expect(status.exitstatus).to eq(0)
     expect(out).to include("Usage: evix COMMAND").and include("echo").and include("chat").and include("kv")
       .and include("bench")
+  end
+
+  it "offers bench only where the benchmarks are: outside a source checkout --help leaves it out " \
+     "and evix bench says it needs one" do
+    Dir.mktmpdir("evix-gem-like-") do |dir| # what an installed gem holds: exe/, lib/, examples/, no bench/
+      %w[exe lib examples].each { |part| FileUtils.cp_r(File.join(ExampleProcess::ROOT, part), dir) }
+      exe = File.join(dir, "exe", "evix")
+      out, _err, status = Open3.capture3(RbConfig.ruby, exe, "--help")
+      expect(status.exitstatus).to eq(0)
+      expect(out).to include("echo").and include("kv")
+      expect(out).not_to include("bench")
+      _out, err, status = Open3.capture3(RbConfig.ruby, exe, "bench")
+      expect(status.exitstatus).to eq(1)
+      expect(err).to include("the benchmarks need a source checkout of evix")
+    end
   end
 
   it "shows a command's options with COMMAND --help" do

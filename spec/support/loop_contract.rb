@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
-# The behaviour every backend must share (docs/architecture.md; DESIGN.md §2, §3, §5).
+# The behaviour every backend must share (docs/architecture.md: "One iteration of the
+# loop", "Watchers and the registry", "Timers", "Errors").
 # Used as: it_behaves_like "an evix loop", :epoll
 RSpec.shared_examples "an evix loop" do |backend|
   let!(:ev) { new_loop(backend) }

@@ -1,5 +1,5 @@
 //! The loop: queues, timers and watchers, and `run_once` as a flat list of
-//! phases (DESIGN.md §2). No Ruby here: callbacks are an opaque `C` that a
+//! phases (docs/architecture.md, "One iteration of the loop"). No Ruby here: callbacks are an opaque `C` that a
 //! [`Driver`] knows how to call, so `cargo test` runs all of this without Ruby.
 //!
 //! No `RefCell` borrow is held while a callback runs or while the backend

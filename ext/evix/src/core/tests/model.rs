@@ -275,8 +275,9 @@ fn run_case(kind: BackendKind, ops: &[Op]) {
                 pipes[p].unread = false;
             }
             Op::Reopen(p) => {
-                // The watchers go first (as DESIGN.md asks), then the pipe; the
-                // new pipe most likely reuses both numbers.
+                // The watchers go first (a closed fd must not keep watchers: the
+                // loop never closes one for you), then the pipe; the new pipe
+                // most likely reuses both numbers.
                 let mut seen = seen.borrow_mut();
                 watchers.retain(|&(id, key, pipe, _)| {
                     if pipe == p {

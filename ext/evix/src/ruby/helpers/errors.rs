@@ -1,5 +1,5 @@
 //! Error classes (defined in lib/evix.rb, looked up here) and the
-//! conversions from Rust errors to the exceptions DESIGN.md §5 names.
+//! conversions from Rust errors to the exceptions docs/architecture.md ("Errors") names.
 
 use magnus::{prelude::*, value::Opaque, Error, ExceptionClass, Module, RModule, Ruby};
 use std::io;
