@@ -99,7 +99,7 @@ RSpec.describe "evix chat (examples/chat.rb)" do
   end
 
   it "sends a UTF-8 welcome and members' non-ASCII lines side by side, and serves on" do
-    with_chat(welcome: "Bienvenue à tous ☕\n") do |server|
+    with_chat("--welcome", "welcome.txt", welcome: "Bienvenue à tous ☕\n") do |server|
       welcome = "Bienvenue à tous ☕".b
       alice, = join(server, welcome: welcome)
       bob, = join(server, welcome: welcome)
