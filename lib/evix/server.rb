@@ -16,6 +16,9 @@ module Evix
     ACCEPT_BACKOFF = 0.05
     # The loop waits less than this many seconds (2**64, its Duration).
     MAX_SECONDS = 2.0**64
+    # Errors that mean the peer went away: on_error gets them, the default
+    # handler does not print them.
+    PEER_GONE = [Errno::ECONNRESET, Errno::EPIPE].freeze
 
     # @return [Integer] connections currently open
     attr_reader :connections
@@ -99,7 +102,9 @@ module Evix
     end
 
     # Sets the handler for a connection's exception (default: the exception
-    # and its first frames on $stderr, evix's own folded: Evix::Backtrace.report).
+    # and its first frames on $stderr, evix's own folded: Evix::Backtrace.report;
+    # a peer that went away, Errno::ECONNRESET or Errno::EPIPE, is not the
+    # server's error and the default leaves it out, as Puma does).
     # @return [self]
     def on_error(&block)
       raise ArgumentError, "on_error requires a block" unless block
@@ -253,6 +258,8 @@ module Evix
     end
 
     def report(error, _client)
+      return if PEER_GONE.any? { |gone| error.is_a?(gone) }
+
       warn "evix: connection error: #{Backtrace.report(error)}"
     end
   end

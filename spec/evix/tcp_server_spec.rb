@@ -527,6 +527,35 @@ RSpec.describe Evix::TCPServer do
         expect(lines.drop(1)).to all(start_with("\t"))
       end
 
+      it "gives a peer's reset to on_error, and the default handler leaves it out of $stderr" do
+        reset_server = lambda do
+          server_on do |client|
+            client.write("hello\n")
+            nil while client.read
+          end
+        end
+        errors = []
+        explicit = reset_server.call
+        explicit.on_error { |error, _client| errors << error }
+        quiet = reset_server.call
+        captured = StringIO.new
+        original = $stderr
+        begin
+          $stderr = captured
+          [explicit, quiet].each do |server|
+            client = tcp_client(server.port)
+            run_until(ev) { client.wait_readable(0) }
+            abortive(client).close
+          end
+          run_until(ev) { errors.size == 1 && quiet.connections.zero? }
+          run_for(ev, 0.02)
+        ensure
+          $stderr = original
+        end
+        expect(errors.map(&:class)).to eq([Errno::ECONNRESET])
+        expect(captured.string).to eq("")
+      end
+
       it "raises ArgumentError from on_error without a block" do
         expect { echo_server.on_error }.to raise_error(ArgumentError, /block/)
       end
