@@ -174,12 +174,9 @@ module Evix
     def parse_buffered(timeout)
       deadline = nil
       while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame under a parked fiber
-        unless @buffer.empty?
-          used = yield @buffer, @offset
-          if used
-            consume_to(@offset + used) unless used.negative?
-            return used
-          end
+        if !@buffer.empty? && (used = yield @buffer, @offset)
+          consume_to(@offset + used) unless used.negative?
+          return used
         end
         if timeout
           deadline ||= Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout

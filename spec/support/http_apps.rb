@@ -123,9 +123,11 @@ if $PROGRAM_NAME == __FILE__
   end
   options[:access_log] = File.open(config["access_log"], "a").tap { |f| f.sync = true } if config["access_log"]
   $stdout.sync = true
-  Evix::HTTP.run(app, binds: config.fetch("binds", ["tcp://127.0.0.1:0"]), workers: config["workers"], **options) do |addresses|
+  Evix::HTTP.run(app, binds: config.fetch("binds", ["tcp://127.0.0.1:0"]), workers: config["workers"],
+                      **options) do |addresses|
     addresses.each do |address|
-      puts(address.unix? ? "evix serve listening on unix:#{address.unix_path}" : "evix serve listening on #{address.ip_address}:#{address.ip_port}")
+      where = address.unix? ? "unix:#{address.unix_path}" : "#{address.ip_address}:#{address.ip_port}"
+      puts "evix serve listening on #{where}"
     end
   end
 end

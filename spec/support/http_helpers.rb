@@ -28,13 +28,15 @@ module HTTPHelpers
     status_line = read_line(socket, timeout)
     return nil unless status_line
 
-    status = Integer(status_line[/\AHTTP\/1\.[01] (\d{3})/, 1] || raise("bad status line #{status_line.inspect}"))
+    status = Integer(status_line[%r{\AHTTP/1\.[01] (\d{3})}, 1] || raise("bad status line #{status_line.inspect}"))
     headers = {}
     while (line = read_line(socket, timeout)) && !line.empty?
       name, value = line.split(":", 2)
       (headers[name.downcase] ||= []) << value.strip
     end
-    [status, headers.transform_values { |v| v.size == 1 ? v.first : v }, read_body(socket, status, headers, head, timeout)]
+    [status, headers.transform_values do |v|
+               v.size == 1 ? v.first : v
+             end, read_body(socket, status, headers, head, timeout)]
   end
 
   # Reads until end of file (or +timeout+); what came.

@@ -4,7 +4,9 @@
 require "rackup/handler"
 require "evix/http/rackup_handler"
 
+# rackup 2.
 module Rackup
+  # rackup 2's registry of servers.
   module Handler
     # Evix::HTTP::RackupHandler, under the name rackup 2 looks for.
     Evix = ::Evix::HTTP::RackupHandler

@@ -12,13 +12,18 @@ RSpec.describe Evix::HTTP::Server, :http do
   let(:get_hello) { "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n" }
 
   describe "requests and responses" do
-    around { |example| with_http_server { |server| @server = server || raise; example.run } }
+    around do |example|
+      with_http_server do |server|
+        @server = server || raise
+        example.run
+      end
+    end
 
     attr_reader :server
 
     it "answers a GET with the body, Content-Length and Date" do
       response = Net::HTTP.get_response(URI("http://127.0.0.1:#{server.port}/hello"))
-      expect([response.code, response.body, response["content-length"]]).to eq(["200", "hello", "5"])
+      expect([response.code, response.body, response["content-length"]]).to eq(%w[200 hello 5])
       expect(Time.httpdate(response["date"])).to be_within(60).of(Time.now)
     end
 
@@ -65,7 +70,7 @@ RSpec.describe Evix::HTTP::Server, :http do
     it "closes after Connection: close, and after an HTTP/1.0 request without keep-alive" do
       socket = raw(server)
       socket.write("GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-      expect(read_to_eof(socket)).to match(/\AHTTP\/1.1 200 OK\r\n.*connection: close\r\n\r\nhello\z/m)
+      expect(read_to_eof(socket)).to match(%r{\AHTTP/1.1 200 OK\r\n.*connection: close\r\n\r\nhello\z}m)
       socket = raw(server)
       socket.write("GET /hello HTTP/1.0\r\n\r\n")
       expect(read_to_eof(socket)).to end_with("\r\n\r\nhello")
@@ -83,7 +88,7 @@ RSpec.describe Evix::HTTP::Server, :http do
     it "closes when the app says Connection: close" do
       socket = raw(server)
       socket.write("GET /close HTTP/1.1\r\nHost: x\r\n\r\n")
-      expect(read_to_eof(socket)).to end_with("connection: close\r\n#{''}\r\n\r\nbye").or end_with("\r\n\r\nbye")
+      expect(read_to_eof(socket)).to end_with("connection: close\r\n\r\n\r\nbye").or end_with("\r\n\r\nbye")
     end
 
     it "sends no body for HEAD, 204, and keeps the Content-Length of HEAD" do
@@ -119,7 +124,8 @@ RSpec.describe Evix::HTTP::Server, :http do
         expect(echoed).to eq("size" => body.bytesize, "sha" => Digest::SHA256.hexdigest(body), "same" => true,
                              "encoding" => "ASCII-8BIT")
       end
-      out = IO.popen(["curl", "-sS", "--max-time", "10", "-T", "-", "http://127.0.0.1:#{server.port}/echo"], "r+") do |io|
+      out = IO.popen(["curl", "-sS", "--max-time", "10", "-T", "-", "http://127.0.0.1:#{server.port}/echo"],
+                     "r+") do |io|
         io.write(body)
         io.close_write
         io.read
@@ -131,7 +137,8 @@ RSpec.describe Evix::HTTP::Server, :http do
       socket = raw(server)
       socket.write("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" \
                    "5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n#{get_hello}")
-      expect(JSON.parse(read_response(socket)[2])).to include("size" => 11, "sha" => Digest::SHA256.hexdigest("hello world"))
+      expect(JSON.parse(read_response(socket)[2])).to include("size" => 11,
+                                                              "sha" => Digest::SHA256.hexdigest("hello world"))
       expect(read_response(socket)[2]).to eq("hello")
     end
 
@@ -155,7 +162,7 @@ RSpec.describe Evix::HTTP::Server, :http do
 
     it "serves curl's keep-alive and --http1.0" do
       url = "http://127.0.0.1:#{server.port}/hello"
-      out, = curl("-w", " %{num_connects}\n", url, url)
+      out, = curl("-w", " %<num_connects>s\n", url, url)
       expect(out).to eq("hello 1\nhello 0\n") # the second request reused the connection
       out, = curl("--http1.0", "-i", "http://127.0.0.1:#{server.port}/hello")
       expect(out).to include("connection: close").and end_with("hello")
@@ -211,26 +218,34 @@ RSpec.describe Evix::HTTP::Server, :http do
   end
 
   describe "requests it refuses (400 and a close)" do
-    around { |example| with_http_server { |server| @server = server; example.run } }
+    around do |example|
+      with_http_server do |server|
+        @server = server
+        example.run
+      end
+    end
 
     {
       "Content-Length with Transfer-Encoding" =>
         "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
-      "two different Content-Lengths" => "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+      "two different Content-Lengths" =>
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
       "a non-numeric Content-Length" => "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3a\r\n\r\n",
       "a negative Content-Length" => "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
       "a Transfer-Encoding other than chunked" => "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
       "chunked not last" => "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
-      "chunked twice" => "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+      "chunked twice" =>
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
       "an obs-folded field" => "GET /hello HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  folded\r\n\r\n",
       "a bare LF" => "GET /hello HTTP/1.1\nHost: x\n\n",
       "a space before a field's colon" => "GET /hello HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n",
       "no Host in HTTP/1.1" => "GET /hello HTTP/1.1\r\n\r\n",
-      "a bad chunk size" => "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+      "a bad chunk size" =>
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
       "chunk data without its CRLF" =>
         "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
       "a chunk extension past the limit" =>
-        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;#{'e' * 2000}\r\nhello\r\n0\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;#{"e" * 2000}\r\nhello\r\n0\r\n\r\n",
       "a request-target that is not a path" => "GET hello HTTP/1.1\r\nHost: x\r\n\r\n",
       "garbage" => "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"
     }.each do |shape, request|
@@ -256,29 +271,34 @@ RSpec.describe Evix::HTTP::Server, :http do
         keep_alive_timeout: 0.5 }
     end
 
-    around { |example| with_http_server(limits: limits) { |server| @server = server; example.run } }
+    around do |example|
+      with_http_server(limits: limits) do |server|
+        @server = server
+        example.run
+      end
+    end
 
     def answer(request)
       socket = raw(@server)
       socket.write(request)
-      read_to_eof(socket)[/\AHTTP\/1.1 (\d+)/, 1]&.to_i
+      read_to_eof(socket)[%r{\AHTTP/1.1 (\d+)}, 1]&.to_i
     end
 
     it "answers 414 past max_request_line" do
-      expect(answer("GET /#{'a' * 70} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")).to eq(404)
-      expect(answer("GET /#{'a' * 100} HTTP/1.1\r\nHost: x\r\n\r\n")).to eq(414)
+      expect(answer("GET /#{"a" * 70} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")).to eq(404)
+      expect(answer("GET /#{"a" * 100} HTTP/1.1\r\nHost: x\r\n\r\n")).to eq(414)
     end
 
     it "answers 431 past max_headers and past max_head" do
       fields = ->(n) { Array.new(n) { |i| "X-#{i}: v\r\n" }.join }
       expect(answer("GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n#{fields[3]}\r\n")).to eq(200)
       expect(answer("GET /hello HTTP/1.1\r\nHost: x\r\n#{fields[5]}\r\n")).to eq(431)
-      expect(answer("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: #{'v' * 1100}\r\n\r\n")).to eq(431)
+      expect(answer("GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: #{"v" * 1100}\r\n\r\n")).to eq(431)
     end
 
     it "answers 413 past max_body, by Content-Length and by chunks" do
       expect(answer("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n")).to eq(413)
-      chunks = "3e8\r\n#{'x' * 1000}\r\n1\r\nx\r\n0\r\n\r\n"
+      chunks = "3e8\r\n#{"x" * 1000}\r\n1\r\nx\r\n0\r\n\r\n"
       expect(answer("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n#{chunks}")).to eq(413)
     end
 
@@ -344,10 +364,11 @@ RSpec.describe Evix::HTTP::Server, :http do
     skip "wrk not installed" unless system("which wrk > /dev/null 2>&1")
     with_http_server do |server|
       out = IO.popen(["wrk", "-t1", "-c20", "-d1s", "http://127.0.0.1:#{server.port}/hello"], &:read)
-      expect(out).to match(/Requests\/sec:/)
+      expect(out).to match(%r{Requests/sec:})
       expect(out).not_to match(/Socket errors|Non-2xx/)
       if system("which ab > /dev/null 2>&1")
-        out = IO.popen(["ab", "-k", "-n", "2000", "-c", "10", "http://127.0.0.1:#{server.port}/hello"], err: %i[child out], &:read)
+        out = IO.popen(["ab", "-k", "-n", "2000", "-c", "10", "http://127.0.0.1:#{server.port}/hello"],
+                       err: %i[child out], &:read)
         expect(out).to match(/Failed requests:\s+0/).and match(/Keep-Alive requests:\s+2000/)
       end
     end
