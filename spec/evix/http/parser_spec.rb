@@ -84,7 +84,7 @@ RSpec.describe Evix::HTTP::Bind do
     expect(described_class.parse("tcp://127.0.0.1:80").options).to eq(host: "127.0.0.1", port: 80)
     expect(described_class.parse("tcp://[::1]:0").options).to eq(host: "::1", port: 0)
     expect(described_class.parse("unix:/tmp/s.sock").options).to eq(path: "/tmp/s.sock")
-    expect { described_class.parse("http://x:1") }.to raise_error(ArgumentError, /tcp:\/\/HOST:PORT or unix:PATH/)
+    expect { described_class.parse("http://x:1") }.to raise_error(ArgumentError, %r{tcp://HOST:PORT or unix:PATH})
     expect { described_class.parse("tcp://x:70000") }.to raise_error(ArgumentError, /port out of range/)
   end
 end
@@ -95,6 +95,7 @@ RSpec.describe Evix::HTTP::AccessLog do
             "SERVER_PROTOCOL" => "HTTP/1.1" }
     expect(described_class.line(env, 200, 5, Time.utc(2026, 1, 2, 3, 4, 5).to_f))
       .to eq("127.0.0.1 - - [02/Jan/2026:03:04:05 +0000] \"GET /a?b HTTP/1.1\" 200 5\n")
-    expect(described_class.line(env.merge("REQUEST_URI" => "/\"x"), 500, nil, 0)).to include('"GET /\"x HTTP/1.1" 500 -')
+    expect(described_class.line(env.merge("REQUEST_URI" => "/\"x"), 500, nil,
+                                0)).to include('"GET /\"x HTTP/1.1" 500 -')
   end
 end
