@@ -162,7 +162,7 @@ RSpec.describe Evix::HTTP::Server, :http do
 
     it "serves curl's keep-alive and --http1.0" do
       url = "http://127.0.0.1:#{server.port}/hello"
-      out, = curl("-w", " %<num_connects>s\n", url, url)
+      out, = curl("-w", " %{num_connects}\n", url, url) # rubocop:disable Style/FormatStringToken -- curl's
       expect(out).to eq("hello 1\nhello 0\n") # the second request reused the connection
       out, = curl("--http1.0", "-i", "http://127.0.0.1:#{server.port}/hello")
       expect(out).to include("connection: close").and end_with("hello")

@@ -147,28 +147,27 @@ impl RbParser {
             Err(reject) => return Ok(rb_self.refuse(ruby, reject)),
         };
         let keys = keys();
-        env.aset(ruby.get_inner(keys.method), ruby.str_new(&parsed.method))?;
-        env.aset(ruby.get_inner(keys.path), ruby.str_new(&parsed.path))?;
-        env.aset(ruby.get_inner(keys.query), ruby.str_new(&parsed.query))?;
-        env.aset(ruby.get_inner(keys.uri), ruby.str_new(&parsed.target))?;
         let protocol = if parsed.http11 {
             keys.http11
         } else {
             keys.http10
         };
-        env.aset(ruby.get_inner(keys.protocol), ruby.get_inner(protocol))?;
-        for (name, value) in fields {
-            let key = ruby.str_from_slice(&name);
-            match env.get(key).and_then(RString::from_value) {
-                // A repeated field: one value, the list RFC 9110 §5.3 allows
-                // (Cookie's own separator is "; ", RFC 6265 §5.4).
-                Some(seen) => {
-                    seen.cat(if name == b"HTTP_COOKIE" { "; " } else { ", " });
-                    seen.cat(&value);
-                }
-                None => env.aset(key, ruby.str_from_slice(&value))?,
-            }
+        // env must be a Hash without these keys (a copy of the template).
+        let mut batch = capi::HashBatch::new(env);
+        for (key, value) in [
+            (keys.method, capi::interned(ruby, parsed.method.as_bytes())),
+            (keys.path, ruby.str_new(&parsed.path).as_value()),
+            (keys.query, ruby.str_new(&parsed.query).as_value()),
+            (keys.uri, ruby.str_new(&parsed.target).as_value()),
+            (keys.protocol, ruby.get_inner(protocol).as_value()),
+        ] {
+            batch.push(ruby, ruby.get_inner(key).as_value(), value)?;
         }
+        for (name, value) in join_repeated(fields) {
+            let key = capi::interned(ruby, &name);
+            batch.push(ruby, key, ruby.str_from_slice(&value).as_value())?;
+        }
+        batch.flush(ruby)?;
         rb_self.last.set(parsed.last);
         Ok(parsed.len.into_value_with(ruby))
     }
@@ -208,6 +207,24 @@ impl RbParser {
     fn max_body(&self) -> u64 {
         self.limits.body
     }
+}
+
+/// The fields with each repeated name's values joined into one, in the
+/// order of their first appearance: the list RFC 9110 §5.3 allows (Cookie's
+/// own separator is "; ", RFC 6265 §5.4).
+fn join_repeated(fields: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut joined: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(fields.len());
+    for (name, value) in fields {
+        match joined.iter_mut().find(|(seen, _)| *seen == name) {
+            Some((_, values)) => {
+                let separator: &[u8] = if name == b"HTTP_COOKIE" { b"; " } else { b", " };
+                values.extend_from_slice(separator);
+                values.extend_from_slice(&value);
+            }
+            None => joined.push((name, value)),
+        }
+    }
+    joined
 }
 
 /// A complete head, owned, so env can be filled in without a borrow.
