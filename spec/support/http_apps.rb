@@ -51,12 +51,18 @@ class HTTPSpecApp
       io.write("HTTP/1.1 200 OK\r\ncontent-length: 8\r\nconnection: close\r\n\r\nhijacked")
       io.close
       [200, {}, []]
+    when "/response_hijack"
+      [200, { "content-type" => "text/plain", "rack.hijack" => lambda { |io|
+        io.write("raw bytes")
+        io.close
+      } }, []]
     when "/fail" then raise "the app failed on purpose"
     when "/sleep"
       sleep Float(env["QUERY_STRING"])
       text("slept")
     when "/head" then [200, { "content-type" => "text/plain", "content-length" => "4" }, Parts.new(["body"], self)]
     when "/nocontent" then [204, {}, []]
+    when "/length" then [200, { "content-type" => "text/plain", "content-length" => "2" }, %w[o k]]
     when "/multi" then [200, { "content-type" => "text/plain", "set-cookie" => multi_value(%w[a=1 b=2]) }, ["ok"]]
     when "/close" then [200, { "content-type" => "text/plain", "connection" => "close" }, ["bye"]]
     else [404, { "content-type" => "text/plain" }, ["not found"]]
@@ -110,6 +116,7 @@ if $PROGRAM_NAME == __FILE__
       # and refuses streaming bodies: on Rack 2 the routes whose specs are
       # about framing run bare.
       bare_paths = Rack.release < "3" ? %w[/hello /head /close /stream /big] : []
+      bare_paths << "/response_hijack" # Rack 3's SPEC has no response hijack
       app = ->(env) { (bare_paths.include?(env["PATH_INFO"]) ? bare : linted).call(env) }
     end
   rescue LoadError

@@ -111,6 +111,14 @@ RSpec.describe Evix::HTTP::Server, :http do
       expect(read_to_eof(socket)).to end_with("\r\n\r\nonetwothree")
     end
 
+    it "keeps the app's own Content-Length and adds no second one" do
+      socket = raw(server)
+      socket.write("GET /length HTTP/1.1\r\nHost: x\r\n\r\n#{get_hello}")
+      _, headers, body = read_response(socket)
+      expect([headers["content-length"], body]).to eq(%w[2 ok])
+      expect(read_response(socket)[2]).to eq("hello")
+    end
+
     it "writes each value of a multi-value field on its own line" do
       socket = raw(server)
       socket.write("GET /multi HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -172,6 +180,15 @@ RSpec.describe Evix::HTTP::Server, :http do
       socket = raw(server)
       socket.write("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
       expect(read_to_eof(socket)).to end_with("\r\n\r\nstreamed body")
+    end
+
+    it "writes the head, then hands the connection to a response hijack (Rack 2's rack.hijack field)" do
+      socket = raw(server)
+      socket.write("GET /response_hijack HTTP/1.1\r\nHost: x\r\n\r\n")
+      response = read_to_eof(socket)
+      expect(response).to start_with("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n")
+        .and end_with("connection: close\r\n\r\nraw bytes")
+      expect(response).not_to include("rack.hijack")
     end
 
     it "hands the connection over on a full hijack" do
