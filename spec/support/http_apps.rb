@@ -52,9 +52,9 @@ class HTTPSpecApp
       io.close
       [200, {}, []]
     when "/response_hijack"
-      [200, { "content-type" => "text/plain", "rack.hijack" => lambda { |io|
-        io.write("raw bytes")
-        io.close
+      [200, { "content-type" => "text/plain", "rack.hijack" => lambda { |stream|
+        stream.write("raw bytes")
+        stream.close
       } }, []]
     when "/fail" then raise "the app failed on purpose"
     when "/sleep"
