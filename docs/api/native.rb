@@ -413,6 +413,7 @@ module Evix
     #   (nil or empty +separator+, +limit+ not an Integer)
     def buffered_line(buffer, offset, separator, limit, chomp); end
   end
+
   module HTTP
     # The HTTP/1.1 request head parser of an Evix::HTTP::Server (httparse,
     # in Rust; ext/evix/src/http/): one per server, holding its limits. Each
