@@ -168,6 +168,14 @@ RSpec.describe Evix::HTTP::Server, :http do
       expect(JSON.parse(read_response(socket)[2])["size"]).to eq(3)
     end
 
+    it "closes, without a late 100 Continue, when the app answers without reading an expected body" do
+      socket = raw(server)
+      socket.write("POST /hello HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+      response = read_to_eof(socket)
+      expect(response).to start_with("HTTP/1.1 200 OK\r\n").and end_with("\r\n\r\nhello")
+      expect(response).not_to include("100 Continue")
+    end
+
     it "serves curl's keep-alive and --http1.0" do
       url = "http://127.0.0.1:#{server.port}/hello"
       out, = curl("-w", " %{num_connects}\n", url, url) # rubocop:disable Style/FormatStringToken -- curl's
