@@ -86,19 +86,17 @@ module Evix
       # The next request's env; nil when the connection ends instead (end of
       # file, idle past the timeout, or a refused request, answered).
       def next_request(timeout)
-        env = @template.dup
-        seen = false
+        env = nil # made when the first bytes come: an idle connection holds none
         parser = @parser
         used = @client.parse_buffered(timeout) do |buffer, offset|
-          seen = true
-          parser.parse(buffer, offset, env)
+          parser.parse(buffer, offset, env ||= @template.dup)
         end
         return unless used
         return refuse(-used, parser.reason) if used.negative?
 
         env
       rescue TimeoutError
-        refuse(408, "request head not received in time") if seen
+        refuse(408, "request head not received in time") if env # some of it came
         nil
       end
 
