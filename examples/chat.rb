@@ -52,7 +52,9 @@ module Evix
         @loop = loop
         reload_welcome
         loop.add_signal(:HUP) { reload_welcome }
-        Evix::TCPServer.new(loop, @host, @port, write_high_water: @max_outbox) { |client| logged(client) { serve(client) } }
+        Evix::TCPServer.new(loop, @host, @port, write_high_water: @max_outbox) do |client|
+          logged(client) { serve(client) }
+        end
       end
 
       # Tells everyone, then drains: every queued line is written before the

@@ -42,6 +42,15 @@ RSpec.describe "evix serve" do
 
   before { skip "Rack is not installed" unless Gem::Specification.find_all_by_name("rack").any? }
 
+  it "serves examples/hello.ru, the README's quick start" do
+    hello = File.expand_path("../../examples/hello.ru", __dir__)
+    with_serve(hello) do |server|
+      expect(get(server, "/")).to eq("hello from evix\n")
+      server.signal(:TERM)
+      expect(server.wait.exitstatus).to eq(0)
+    end
+  end
+
   it "serves ./config.ru, and drains a request in flight on SIGTERM, then exits 0" do
     with_serve do |server|
       expect(get(server, "/")).to eq("hello")
