@@ -43,6 +43,14 @@ module Evix
       task
     end
 
+    # Fiber.schedule: runs the block as a task now, like #spawn.
+    # @return [Fiber] the task's fiber (the task lets go of it once it ends)
+    def spawn_fiber(&)
+      task = Task.new(@loop, start: false, on_finish: @task_finished, &)
+      @tasks[task] = nil
+      task.start
+    end
+
     # @return [Integer] tasks that have not finished
     def size
       @tasks.size

@@ -38,7 +38,7 @@ module Evix
     # Fiber::Scheduler hook: starts the block now in a new Evix::Task.
     # @return [Fiber]
     def fiber(&)
-      @nursery.spawn(&).fiber
+      @nursery.spawn_fiber(&)
     end
 
     # Runs the block in a new task of the scheduler's loop, started on the

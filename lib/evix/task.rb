@@ -13,7 +13,8 @@ module Evix
     # @return [Evix::Loop] the loop that drives the task
     attr_reader :loop
 
-    # @return [Fiber] the task's fiber
+    # @return [Fiber, nil] the task's fiber while it runs; nil before it
+    #   starts and once it has ended (see #finish)
     attr_reader :fiber
 
     # @param loop [Evix::Loop] the loop that drives the fiber
@@ -32,7 +33,8 @@ module Evix
       @thread = Thread.current
       @waiting = nil # tokens of the fibers waiting in #wait, once one does
       @state = :pending
-      @fiber = Fiber.new { run(block) }
+      @block = block
+      @fiber = nil # made by #start, so that a burst of tasks' fibers die young
       @born = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       loop.next_tick { self.start } if start
     end
@@ -40,10 +42,15 @@ module Evix
     # Runs the task's fiber now, until it first waits or ends (a no-op once
     # it started or was cancelled).
     # @api private
-    # @return [nil]
+    # @return [Fiber, nil] the fiber it started
     def start
-      @loop.start(@fiber) if @state == :pending
-      nil
+      return unless @state == :pending
+
+      block = @block
+      @block = nil
+      fiber = @fiber = Fiber.new { run(block) }
+      @loop.start(fiber)
+      fiber
     end
 
     # @return [Symbol] :pending, :running, :done, :failed or :cancelled
@@ -95,12 +102,42 @@ module Evix
 
       error = CancelledError.new(reason || "task was cancelled")
       case @state
-      when :pending then finish(:cancelled, nil, error)
+      when :pending
+        @block = nil
+        finish(:cancelled, nil, error)
       when :running
         raise error if @fiber == Fiber.current
 
         @loop.interrupt(@fiber, error)
       end
+      nil
+    end
+
+    # Fibers that may end between two garbage collections before evix asks
+    # for one: about 14 KB of stack and two memory mappings each, which the
+    # GC does not count.
+    STACKS_PER_GC = 2048
+    @ended = 0
+    @gc_count = 0
+
+    # Notes that a task's fiber is ending. The stack of a fiber that ended
+    # after a transfer is freed only when the GC frees its Fiber object, and
+    # the GC does not see stacks: a burst of short tasks that allocate little
+    # would otherwise run out of memory mappings before any collection. So
+    # after STACKS_PER_GC fibers end without a collection, a minor one runs.
+    # @api private
+    # @return [nil]
+    def self.fiber_ended
+      count = GC.count
+      if count != @gc_count
+        @gc_count = count
+        @ended = 0
+      end
+      return if (@ended += 1) < STACKS_PER_GC
+
+      GC.start(full_mark: false)
+      @gc_count = GC.count
+      @ended = 0
       nil
     end
 
@@ -147,12 +184,20 @@ module Evix
       finish(:cancelled, nil, e)
     rescue Exception => e # rubocop:disable Lint/RescueException -- surfaced through #wait, on_finish or run
       raise unless finish(:failed, nil, e)
+    ensure
+      Task.fiber_ended
     end
 
     # Records the outcome, wakes the waiters and tells the on_finish
     # callback; true if any waited or the callback took the outcome.
+    #
+    # The fiber goes: Ruby frees the stack of a fiber that ended after a
+    # transfer only with the Fiber object itself, so a finished task that
+    # kept it would hold its stack (and two memory mappings) for as long as
+    # the task is referenced.
     def finish(state, value, error)
       @state = state
+      @fiber = nil
       @value = value
       @error = error
       waiting = @waiting
