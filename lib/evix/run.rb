@@ -53,13 +53,20 @@ module Evix
 
     # Drives the nursery to its end; an exception raised into the loop's own
     # fiber (a signal, Thread#raise) fails the run like any fiber's, and the
-    # cancelled fibers still get their bounded time.
+    # cancelled fibers still get their bounded time. The same exception
+    # again with no task ended or added since is not retried (that would
+    # spin): the tasks left are abandoned.
     def drive(nursery, killed = nil)
       nursery.cancel_all(killed) if killed
+      last = nil
       begin
         nursery.drive
       rescue Exception => e # rubocop:disable Lint/RescueException -- becomes the run's failure
         nursery.fail_with(e)
+        seen = [e.class, e.message, nursery.size]
+        return nursery.abandon("#{e.class} raised again while driving the run") if seen == last
+
+        last = seen
         retry
       end
     end
