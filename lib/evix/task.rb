@@ -78,7 +78,10 @@ module Evix
     # @param timeout [Numeric, nil] seconds to wait at most; then
     #   Evix::TimeoutError (the task keeps running)
     # @return [Object] the block's value
+    # @raise [ArgumentError, TypeError] a timeout that is not a finite,
+    #   non-negative number of seconds
     def wait(timeout: nil)
+      Server.seconds(timeout, "timeout") if timeout
       if alive?
         Task.current&.loop.equal?(@loop) ? wait_in_fiber(timeout) : drive_loop(timeout)
         raise TimeoutError, "task still running after #{timeout}s" if alive?
