@@ -49,6 +49,7 @@ module Evix
       block = @block
       @block = nil
       fiber = @fiber = Fiber.new { run(block) }
+      Task.fiber_started
       @loop.start(fiber)
       fiber
     end
@@ -117,31 +118,46 @@ module Evix
     end
 
     # Fibers that may end between two garbage collections before evix asks
-    # for one: about 14 KB of stack and two memory mappings each, which the
-    # GC does not count.
+    # for one (more while more fibers live): about 14 KB of stack and two
+    # memory mappings each, which the GC does not count.
     STACKS_PER_GC = 2048
+    @live = 0 # task fibers started and not ended, in this process
     @ended = 0
     @gc_count = 0
 
-    # Notes that a task's fiber is ending. The stack of a fiber that ended
-    # after a transfer is freed only when the GC frees its Fiber object, and
-    # the GC does not see stacks: a burst of short tasks that allocate little
-    # would otherwise run out of memory mappings before any collection. So
-    # after STACKS_PER_GC fibers end without a collection, a minor one runs.
-    # @api private
-    # @return [nil]
-    def self.fiber_ended
-      count = GC.count
-      if count != @gc_count
-        @gc_count = count
-        @ended = 0
+    class << self
+      # Notes that a task's fiber started (see .fiber_ended).
+      # @api private
+      # @return [Integer]
+      def fiber_started
+        @live += 1
       end
-      return if (@ended += 1) < STACKS_PER_GC
 
-      GC.start(full_mark: false)
-      @gc_count = GC.count
-      @ended = 0
-      nil
+      # Notes that a task's fiber is ending. The stack of a fiber that ended
+      # after a transfer is freed only when the GC frees its Fiber object,
+      # and the GC does not see stacks: a burst of short tasks that allocate
+      # little would otherwise run out of memory mappings before any
+      # collection. So once as many fibers ended without a collection as
+      # still live (and at least STACKS_PER_GC), a minor one runs: a
+      # collection scans every live fiber's stack, and this keeps its cost
+      # per ended fiber constant.
+      # @api private
+      # @return [nil]
+      def fiber_ended
+        @live -= 1
+        count = GC.count
+        if count != @gc_count
+          @gc_count = count
+          @ended = 0
+        end
+        @ended += 1
+        return if @ended < STACKS_PER_GC || @ended < @live
+
+        GC.start(full_mark: false)
+        @gc_count = GC.count
+        @ended = 0
+        nil
+      end
     end
 
     # The task whose fiber is running (or which resumed the running fiber),

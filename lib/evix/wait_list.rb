@@ -52,7 +52,7 @@ module Evix
     #   outside a task, e.g. "Evix::Queue#pop"
     def initialize(what)
       @outside = "#{what} has to wait, which it can only do inside #{TASKS}"
-      @waiters = []
+      @waiters = {}.compare_by_identity # an ordered set: a waiter that leaves early costs O(1)
     end
 
     # Parks the calling task at the end of the list until a waker resumes it.
@@ -63,7 +63,7 @@ module Evix
     def wait(timeout = nil, payload = nil)
       loop = WaitList.current_loop(@outside)
       waiter = nil
-      loop.suspend(timeout) { |token| @waiters << (waiter = Waiter.new(loop, token, payload)) }
+      loop.suspend(timeout) { |token| @waiters[waiter = Waiter.new(loop, token, payload)] = true }
     ensure
       # Woken: the waker took it out already. Timed out or interrupted: still in.
       @waiters.delete(waiter) if waiter
@@ -72,14 +72,14 @@ module Evix
     # Takes the first entry out, live or not; the caller resumes it.
     # @return [Waiter, nil]
     def shift
-      @waiters.shift
+      @waiters.shift&.first
     end
 
     # Ends the first wait still going on with +value+.
     # @param value [Object] what that waiter's #wait returns
     # @return [Boolean] whether a waiter was woken
     def wake(value = nil)
-      while (waiter = @waiters.shift)
+      while (waiter = shift)
         return true if waiter.resume(value)
       end
       false
@@ -91,8 +91,8 @@ module Evix
     # @return [Integer] how many were woken
     def wake_all(value = nil)
       waiters = @waiters
-      @waiters = []
-      waiters.count { |waiter| waiter.resume(value) }
+      @waiters = {}.compare_by_identity
+      waiters.each_key.count { |waiter| waiter.resume(value) }
     end
 
     # @return [Boolean] whether no entry is in the list (one whose wait
