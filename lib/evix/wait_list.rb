@@ -86,13 +86,26 @@ module Evix
     end
 
     # Ends every wait in the list now with +value+ (not those that start
-    # while they are woken).
+    # while they are woken). Called from outside a task, each waiter runs
+    # inside its Loop#resume: one that then raises does not keep the others
+    # from being woken; the first exception is raised once all are, with
+    # any later ones in its #suppressed.
     # @param value [Object] what each waiter's #wait returns
     # @return [Integer] how many were woken
     def wake_all(value = nil)
       waiters = @waiters
       @waiters = {}.compare_by_identity
-      waiters.each_key.count { |waiter| waiter.resume(value) }
+      woken = 0
+      errors = nil
+      waiters.each_key do |waiter|
+        woken += 1 if waiter.resume(value)
+      rescue Exception => e # rubocop:disable Lint/RescueException -- raised below, once every waiter is woken
+        woken += 1
+        (errors ||= []) << e
+      end
+      raise_first(errors) if errors
+
+      woken
     end
 
     # @return [Boolean] whether no entry is in the list (one whose wait
@@ -104,6 +117,17 @@ module Evix
     # @return [Integer] entries in the list
     def size
       @waiters.size
+    end
+
+    private
+
+    def raise_first(errors)
+      first = errors.first
+      if errors.size > 1
+        first.extend(Suppressed) unless first.is_a?(Suppressed)
+        first.suppressed.concat(errors.drop(1))
+      end
+      raise first
     end
   end
 end
