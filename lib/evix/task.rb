@@ -73,9 +73,9 @@ module Evix
     end
 
     # Waits for the task and returns its value, or raises its exception
-    # (Evix::CancelledError if it was cancelled). Inside another fiber of
-    # the loop only that fiber waits; outside, the loop runs until the task
-    # is done.
+    # (Evix::CancelledError if it was cancelled). Inside a task, of this
+    # loop or another one (on any thread), only that task waits; outside,
+    # this loop runs until the task is done.
     # @param timeout [Numeric, nil] seconds to wait at most; then
     #   Evix::TimeoutError (the task keeps running)
     # @return [Object] the block's value
@@ -84,7 +84,8 @@ module Evix
     def wait(timeout: nil)
       Server.seconds(timeout, "timeout") if timeout
       if alive?
-        Task.current&.loop.equal?(@loop) ? wait_in_fiber(timeout) : drive_loop(timeout)
+        current = Task.current
+        current ? wait_in_fiber(current.loop, timeout) : drive_loop(timeout)
         raise TimeoutError, "task still running after #{timeout}s" if alive?
       end
       raise @error if @error
@@ -188,11 +189,30 @@ module Evix
       end
     end
 
-    def wait_in_fiber(timeout)
-      token = nil
-      @loop.suspend(timeout) { |t| (@waiting ||= []) << (token = t) } while alive? && token.nil?
+    # Parks the calling task on its own loop (+loop+, which may be another
+    # loop's, on any thread) until #finish wakes it. A task that ends on
+    # another thread between the alive? check and the entry going in is
+    # seen by the second check, and the waiter wakes itself.
+    def wait_in_fiber(loop, timeout)
+      entry = nil
+      while alive? && entry.nil?
+        loop.suspend(timeout) do |token|
+          (@waiting ||= []) << (entry = [loop, token])
+          loop.resume(token) unless alive?
+        end
+      end
     ensure
-      @waiting&.delete(token)
+      @waiting&.delete(entry)
+    end
+
+    # Ends the wait of a task parked in #wait_in_fiber: on this loop at
+    # once, on another one by a post (from any thread).
+    def wake_waiter(loop, token)
+      return loop.resume(token) if loop.equal?(@loop)
+
+      loop.post { loop.resume(token) }
+    rescue ClosedError
+      nil # that loop was closed: its task is gone
     end
 
     def run(block)
@@ -221,7 +241,7 @@ module Evix
       @error = error
       waiting = @waiting
       @waiting = nil
-      waiting&.each { |token| @loop.resume(token) }
+      waiting&.each { |loop, token| wake_waiter(loop, token) }
       waited = waiting && !waiting.empty?
       handled = @on_finish&.call(self, waited ? nil : error)
       waited || handled ? true : false
