@@ -95,8 +95,10 @@ module Evix
 
     # Cancels the task: Evix::CancelledError is raised in it at its current
     # wait point, or its next one (its ensure blocks run). A task cancelled
-    # before it started never runs. A no-op on a finished task. Safe from
-    # any thread (from another one it is posted to the loop's).
+    # before it started never runs. A no-op on a finished task, and on one
+    # already cancelled: a second CancelledError would cut short the ensure
+    # blocks the first one started. Safe from any thread (from another one
+    # it is posted to the loop's).
     # @param reason [String, nil] the CancelledError's message
     # @return [nil]
     def cancel(reason = nil)
@@ -111,6 +113,9 @@ module Evix
         @block = nil
         finish(:cancelled, nil, error)
       when :running
+        return if @cancel_sent # it is unwinding: let its ensure blocks finish
+
+        @cancel_sent = true
         raise error if @fiber == Fiber.current
 
         @loop.interrupt(@fiber, error)

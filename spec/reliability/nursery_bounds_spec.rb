@@ -98,4 +98,54 @@ RSpec.describe "Nursery cancellation bounds" do
       expect(run.err).to include("evix: abandoned")
     end
   end
+
+  it "lets an ensure that a first cancellation started finish when the run is cancelled" do
+    run = run_child(<<~RUBY)
+      begin
+        Evix.run(cancel_timeout: 5) do
+          task = Fiber.scheduler.spawn do
+            sleep 10
+          ensure
+            sleep 0.2
+            puts "ensure done after \#{elapsed}"
+          end
+          sleep 0.01
+          task.cancel("first")
+          sleep 0.05 # the task is in its ensure now
+          raise "boom"
+        end
+      rescue => e
+        puts "raised \#{e.message}"
+      end
+    RUBY
+    expect(run.timed_out).to be(false), run.err[0, 500]
+    expect(lines(run).first).to start_with("ensure done after")
+    expect(lines(run).last).to eq("raised boom")
+    expect(run.err).not_to include("abandoned")
+  end
+end
+
+RSpec.describe "Evix::Task#cancel twice" do
+  it "does not cut the ensure the first cancellation started" do
+    loop = Evix::Loop.new
+    steps = []
+    task = loop.spawn do
+      loop.sleep(10)
+    ensure
+      steps << :ensure_started
+      loop.sleep(0.05)
+      steps << :ensure_done
+    end
+    loop.spawn do
+      loop.sleep(0.01)
+      task.cancel("first")
+      loop.sleep(0.01)
+      task.cancel("second")
+    end
+    loop.run
+    expect(steps).to eq(%i[ensure_started ensure_done])
+    expect { task.wait }.to raise_error(Evix::CancelledError, "first")
+  ensure
+    loop&.close
+  end
 end
