@@ -23,3 +23,12 @@ namespace :soak do
 end
 
 task soak: "soak:proptest"
+
+namespace :soak do
+  desc "Fuzz tasks, primitives and the nursery against a model for EVIX_FUZZ_SECONDS (60); prints each failing seed"
+  task primitives: :compile do
+    ruby "-Ilib", "spec/support/primitives_fuzzer.rb"
+  end
+end
+
+task soak: "soak:primitives"

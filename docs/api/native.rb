@@ -132,6 +132,8 @@ module Evix
     # fiber of the loop is parked meanwhile and resumed on the next tick.
     # @param fiber [Fiber] a fiber not started yet
     # @return [nil]
+    # @raise [Evix::Error] +fiber+ is parked in a wait of this loop (a switch
+    #   to it would end that wait early)
     def start(fiber); end
 
     # @return [Integer] how many fibers are parked on the loop

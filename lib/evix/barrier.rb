@@ -19,7 +19,7 @@ module Evix
 
     # An empty barrier: no children, no errors.
     def initialize
-      @tasks = []
+      @tasks = {}.compare_by_identity # the children still running (a set: O(1) to leave)
       @errors = []
       @done = WaitList.new("Evix::Barrier#wait")
     end
@@ -40,7 +40,7 @@ module Evix
              else
                Task.new(loop, on_finish: method(:finished), &block)
              end
-      @tasks << task if task.alive?
+      @tasks[task] = true if task.alive?
       task
     end
 
@@ -63,7 +63,7 @@ module Evix
     # Cancels every running child (see Evix::Task#cancel); does not wait.
     # @return [nil]
     def cancel
-      @tasks.dup.each(&:cancel)
+      @tasks.keys.each(&:cancel) # rubocop:disable Style/HashEachMethods -- a copy: a cancelled child leaves @tasks
       nil
     end
 

@@ -12,21 +12,24 @@ module Evix
     # How long #drive blocks at a time while every task waits on another thread.
     IDLE_POLL = 1.0
 
+    # The longest turn #drive asks of the loop while a deadline runs: any
+    # finite cancel_timeout is taken (10**30 seconds is "no bound"), and the
+    # loop's own waits take only what a Duration can hold.
+    LONGEST_TURN = 60.0
+
     # @return [Exception, nil] the first unhandled exception
     attr_reader :failure
 
     # @param loop [Evix::Loop]
     # @param cancel_timeout [Numeric] seconds cancelled tasks get to finish
+    #   (finite, not negative)
     # @param woken_from_outside [#call, nil] true when something outside the
     #   loop may still end a parked wait (Evix::Scheduler: a fiber blocked on
     #   a Mutex or Queue while other threads live); nil: nothing can
+    # @raise [TypeError, ArgumentError] any other cancel_timeout
     def initialize(loop, cancel_timeout: 5, woken_from_outside: nil)
-      unless cancel_timeout.is_a?(Numeric) && cancel_timeout >= 0 && !cancel_timeout.to_f.nan?
-        raise ArgumentError, "cancel_timeout must be a non-negative number of seconds (got #{cancel_timeout.inspect})"
-      end
-
       @loop = loop
-      @cancel_timeout = cancel_timeout
+      @cancel_timeout = Server.seconds(cancel_timeout, "cancel_timeout")
       @woken_from_outside = woken_from_outside
       @tasks = {}.compare_by_identity # each task => the on_finish its spawner gave, or nil
       @task_finished = method(:finished) # one for every task: no Proc per spawn
@@ -48,6 +51,14 @@ module Evix
       task
     end
 
+    # Fiber.schedule: runs the block as a task now, like #spawn.
+    # @return [Fiber] the task's fiber (the task lets go of it once it ends)
+    def spawn_fiber(&)
+      task = Task.new(@loop, start: false, on_finish: @task_finished, &)
+      @tasks[task] = nil
+      task.start
+    end
+
     # @return [Integer] tasks that have not finished
     def size
       @tasks.size
@@ -56,13 +67,18 @@ module Evix
     # Records +error+ as the run's failure (or a suppressed one) and cancels
     # every task; for an exception raised outside the tasks (a signal in
     # the loop's wait, Thread#raise).
+    #
+    # A second Interrupt or SignalException (Ctrl-C, SIGTERM) while the
+    # tasks are being cancelled cuts their time short: they are abandoned
+    # at once.
     # @return [nil]
     def fail_with(error)
       if @failure.nil?
         @failure = error
         cancel_all("#{error.class}: #{error.message}")
       elsif !error.is_a?(CancelledError) && !error.equal?(@failure)
-        @suppressed << error
+        @suppressed << error unless @suppressed.any? { |seen| seen.equal?(error) }
+        abandon("#{error.class} while being cancelled") if error.is_a?(SignalException)
       end
       nil
     end
@@ -118,6 +134,17 @@ module Evix
       raise @failure
     end
 
+    # Gives up on the tasks left, with a warning naming each: the run ends
+    # without them.
+    # @param why [String] said in each warning
+    # @return [nil]
+    def abandon(why)
+      @tasks.each_key { |task| warn "evix: abandoned #{task.inspect} (#{why})" }
+      @tasks.clear
+      @loop.stop unless @loop.closed?
+      nil
+    end
+
     private
 
     # A task ended with +error+ if nobody waited for it: the first such
@@ -140,7 +167,7 @@ module Evix
     def turn(alive, left)
       return @loop.run if alive && left.nil?
 
-      @loop.run_once(alive ? left : [left || IDLE_POLL, IDLE_POLL].min)
+      @loop.run_once(alive ? [left, LONGEST_TURN].min : [left || IDLE_POLL, IDLE_POLL].min)
     end
 
     # Nothing can resume the remaining tasks: the loop has nothing to do and
@@ -165,19 +192,13 @@ module Evix
 
     # The first frame of the task's fiber outside evix: the wait it is in.
     def where(task)
-      frames = task.fiber.backtrace_locations || []
+      frames = task.fiber&.backtrace_locations || []
       frame = frames.find { |f| !f.path.start_with?(LIB, "<internal:") } || frames.first
       frame ? "at #{frame}" : "outside any wait of the loop"
     end
 
     LIB = File.expand_path("..", __dir__)
     private_constant :LIB
-
-    def abandon(why)
-      @tasks.each_key { |task| warn "evix: abandoned #{task.inspect} (#{why})" }
-      @tasks.clear
-      nil
-    end
 
     def clock
       Process.clock_gettime(Process::CLOCK_MONOTONIC)

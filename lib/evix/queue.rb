@@ -57,6 +57,7 @@ module Evix
     # @raise [Evix::Error] when it must wait outside a task
     def pop(timeout: nil)
       unless @items.empty?
+        @pushers.check_local # #refill wakes one: raise before the item is taken
         item = @items.shift
         refill
         return item
@@ -83,6 +84,8 @@ module Evix
     def close
       return if @closed
 
+      @poppers.check_local # from another thread: raise before anything changes
+      @pushers.check_local
       @closed = true
       @poppers.wake_all(nil)
       @pushers.wake_all(:closed)

@@ -19,7 +19,8 @@ module Evix
     # @yieldreturn [Object] what the run returns
     # @return [Object] the block's value
     # @raise [ArgumentError] without a block
-    # @raise [Evix::Error] another fiber scheduler is set on this thread
+    # @raise [Evix::Error] another fiber scheduler is set on this thread, or
+    #   the caller is a task of a plain Evix::Loop
     # @raise [Exception] the run's first failure (later ones in its #suppressed)
     def run(cancel_timeout: 5, &block)
       raise ArgumentError, "Evix.run requires a block" unless block
@@ -29,10 +30,28 @@ module Evix
       return nested_run(scheduler, &block) if scheduler.is_a?(Scheduler) && !Fiber.current.blocking?
       raise Error, "another fiber scheduler is set on this thread" if scheduler
 
+      if (task = live_task)
+        # Its tasks would end into the thread's root fiber, not back into this one.
+        raise Error, "Evix.run cannot run inside a task of another Evix::Loop (#{task.inspect}); " \
+                     "spawn the work on that loop instead"
+      end
+
       top_level_run(cancel_timeout, &block)
     end
 
     private
+
+    # The calling task, if its loop is open and this process's (not one
+    # inherited through fork, where a fresh run is the way on).
+    def live_task
+      task = Task.current
+      return unless task
+
+      task.loop.alive? # Evix::Error on a loop inherited through fork, or closed
+      task
+    rescue Error
+      nil
+    end
 
     def top_level_run(cancel_timeout, &)
       scheduler = Scheduler.new(cancel_timeout: cancel_timeout)
@@ -55,14 +74,21 @@ module Evix
 
     # Drives the nursery to its end; an exception raised into the loop's own
     # fiber (a signal, Thread#raise) fails the run like any fiber's, and the
-    # cancelled fibers still get their bounded time.
+    # cancelled fibers still get their bounded time. The same exception
+    # again with no task ended or added since is not retried (that would
+    # spin): the tasks left are abandoned.
     def drive(nursery, killed = nil, block_task: nil)
       nursery.cancel_all(killed) if killed
+      last = nil
       begin
         nursery.drive
       rescue Exception => e # rubocop:disable Lint/RescueException -- becomes the run's failure
         Backtrace.arrived(e, block_task&.alive? ? block_task.fiber.backtrace : []) unless nursery.failure
         nursery.fail_with(e)
+        seen = [e.class, e.message, nursery.size]
+        return nursery.abandon("#{e.class} raised again while driving the run") if seen == last
+
+        last = seen
         retry
       end
     end

@@ -40,7 +40,11 @@ module Evix
     # Fiber::Scheduler hook: starts the block now in a new Evix::Task.
     # @return [Fiber]
     def fiber(&)
-      @nursery.spawn(&).fiber
+      # In a child forked inside Evix.run the loop is the parent's: the
+      # fiber runs now, its waits blocking the thread (see #inherited?).
+      return Fiber.new(blocking: false, &).tap(&:resume) if inherited?
+
+      @nursery.spawn_fiber(&)
     end
 
     # Runs the block in a new task of the scheduler's loop, started on the
@@ -170,6 +174,9 @@ module Evix
     # @param flags [Integer] Process::WNOHANG, Process::WUNTRACED
     # @return [Process::Status]
     def process_wait(pid, flags)
+      # A blocking fiber: Ruby calls no hook from it (a forked child's wait).
+      return Fiber.new(blocking: true) { Process::Status.wait(pid, flags) }.resume if inherited?
+
       loop.offload { Process::Status.wait(pid, flags) }
     end
 
@@ -188,13 +195,29 @@ module Evix
     # @param arguments [Array] its arguments (the message)
     # @yieldparam duration [Numeric]
     # @return [Object] the block's value
-    def timeout_after(duration, exception = Timeout::Error, *arguments)
+    def timeout_after(duration, exception = Timeout::Error, *arguments, &)
+      return timeout_in_thread(duration, exception, *arguments, &) if inherited?
+
       fiber = Fiber.current
       timer = loop.add_timer(duration) { fiber.raise(exception, *arguments) if fiber.alive? }
       yield duration
     ensure
       timer&.cancel
     end
+
+    # Timeout.timeout in a child forked inside Evix.run, without the loop:
+    # a thread raises into the caller, as Ruby's own Timeout does.
+    def timeout_in_thread(duration, exception, *arguments)
+      caller = Thread.current
+      watcher = Thread.new do
+        sleep duration
+        caller.raise(exception, *arguments)
+      end
+      yield duration
+    ensure
+      watcher&.kill
+    end
+    private :timeout_in_thread
 
     if Interface::SELECT_AND_PREAD
       # Fiber::Scheduler hook (IO.select, Ruby >= 3.3). Ruby passes only the

@@ -243,7 +243,8 @@ module Evix
     private
 
     def waiting_of(task)
-      wait = wait_of(task.fiber)
+      fiber = task.fiber # nil until the task starts
+      wait = fiber && wait_of(fiber)
       return nil unless wait
 
       fd, bits, left = wait

@@ -32,6 +32,8 @@ struct Watcher<C> {
     interest: Interest,
     oneshot: bool,
     referenced: bool,
+    /// Where its key is in the fd's `watchers` list: leaving costs no scan.
+    place: usize,
     callback: C,
 }
 
@@ -178,13 +180,15 @@ impl<C: Clone> Registry<C> {
                 entry.owner = owner;
             }
         }
-        let generation = self.entry_mut(fd).generation;
+        let entry = self.entry_mut(fd);
+        let (generation, place) = (entry.generation, entry.watchers.len());
         let key = WatcherKey(self.watchers.insert(Watcher {
             fd,
             generation,
             interest,
             oneshot,
             referenced: true,
+            place,
             callback,
         }));
         self.referenced += 1;
@@ -230,9 +234,19 @@ impl<C: Clone> Registry<C> {
         if watcher.referenced {
             self.referenced -= 1;
         }
-        let list = &mut self.entry_mut(watcher.fd).watchers;
-        if let Some(i) = list.iter().position(|k| *k == key) {
-            list.swap_remove(i);
+        let place = watcher.place;
+        let list = &mut self.fds[watcher.fd as usize]
+            .as_mut()
+            .expect("watched fd has an entry")
+            .watchers;
+        // `release` may have taken the list already.
+        if list.get(place) == Some(&key) {
+            list.swap_remove(place);
+            if let Some(moved) = list.get(place) {
+                if let Some(w) = self.watchers.get_mut(moved.0) {
+                    w.place = place;
+                }
+            }
         }
         Some(watcher.callback)
     }

@@ -71,9 +71,13 @@ type ByOwner<V> = HashMap<u64, V, BuildHasherDefault<OwnerHasher>>;
 pub struct Waiters<C> {
     slab: Slab<Waiter<C>>,
     /// Owner => its wait, built only when asked for (`parked`: a
-    /// cancellation) and dropped at the next park: a wait costs no hash
-    /// update on the hot path, and a burst of cancellations one scan.
+    /// cancellation), then kept up to date until more waits have parked
+    /// since the last question than it holds: a wait costs no hash update on
+    /// the hot path, and a burst of cancellations (whose tasks may park
+    /// again as they unwind) costs one scan, not one each.
     by_owner: Option<ByOwner<WaitKey>>,
+    /// Parks since `parked` last asked.
+    parks_unasked: usize,
     /// The owner that parked last: whether a fiber that just switched away
     /// parked is answered without the index.
     last: u64,
@@ -87,6 +91,7 @@ impl<C> Default for Waiters<C> {
         Waiters {
             slab: Slab::default(),
             by_owner: None,
+            parks_unasked: 0,
             last: 0,
             pending: ByOwner::default(),
         }
@@ -96,15 +101,23 @@ impl<C> Default for Waiters<C> {
 impl<C> Waiters<C> {
     /// Parks `owner`; its triggers are attached with [`Waiters::attach`].
     pub fn park(&mut self, owner: u64, resume: C) -> WaitKey {
-        self.by_owner = None;
         self.last = owner;
-        WaitKey(self.slab.insert(Waiter {
+        let key = WaitKey(self.slab.insert(Waiter {
             owner,
             resume,
             watcher: None,
             timer: None,
             deadline: None,
-        }))
+        }));
+        if let Some(index) = self.by_owner.as_mut() {
+            self.parks_unasked += 1;
+            if self.parks_unasked > index.len() {
+                self.by_owner = None;
+            } else {
+                index.insert(owner, key);
+            }
+        }
+        key
     }
 
     pub fn attach(
@@ -140,6 +153,7 @@ impl<C> Waiters<C> {
 
     /// The wait `owner` is parked in, if any.
     pub fn parked(&mut self, owner: u64) -> Option<WaitKey> {
+        self.parks_unasked = 0;
         let slab = &self.slab;
         let index = self.by_owner.get_or_insert_with(|| {
             (0..slab.capacity())
@@ -189,6 +203,7 @@ impl<C> Waiters<C> {
         }
         self.slab.clear();
         self.by_owner = None;
+        self.parks_unasked = 0;
         self.last = 0;
         self.pending.clear();
         all

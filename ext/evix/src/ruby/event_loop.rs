@@ -596,6 +596,13 @@ impl RbLoop {
     /// meanwhile and resumed on the next tick.
     fn start(ruby: &Ruby, rb_self: &Self, fiber: Fiber) -> Result<(), Error> {
         let core = rb_self.usable(ruby)?;
+        // A switch to a parked fiber would end its wait early, as if woken.
+        if errors::guard(ruby, || Ok(core.is_parked(owner_of(fiber))))? {
+            return Err(errors::evix(
+                ruby,
+                "Loop#start runs a new fiber; this one is parked in a wait of the loop",
+            ));
+        }
         // Until the fiber waits: a task's first run may start outside `run`.
         let _busy = core.pulse().enter();
         let current = ruby.fiber_current();

@@ -270,8 +270,9 @@ fn wait_in_child(
     let file = RFile::from_value(io)
         .ok_or_else(|| errors::type_error(ruby, format!("not an IO: {}", errors::describe(io))))?;
     let fd = capi::io_descriptor(ruby, file).map_err(|_| closed_meanwhile(ruby))?;
-    let deadline = args::optional_seconds(ruby, Some(timeout), "timeout")?
-        .map(|t| std::time::Instant::now() + t);
+    let timeout = (!timeout.is_nil()).then_some(timeout); // nil: no limit
+    let deadline =
+        args::optional_seconds(ruby, timeout, "timeout")?.map(|t| std::time::Instant::now() + t);
     let write = interest & args::WRITE != 0;
     loop {
         let slice = deadline.map_or(CHILD_SLICE, |d| {
