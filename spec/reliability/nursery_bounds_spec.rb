@@ -2,7 +2,7 @@
 
 require "spec_helper"
 
-# The nursery's cancellation bound, however large, and what may end it early:
+# The nursery's cancellation bound, as large as any evix timeout, and what may end it early:
 # no cancellation can spin, a second Ctrl-C or SIGTERM cuts it short, and an
 # ensure that is already running keeps the time it has left.
 RSpec.describe "Nursery cancellation bounds" do
@@ -20,7 +20,7 @@ RSpec.describe "Nursery cancellation bounds" do
     run_ruby(prelude + code, timeout: timeout)
   end
 
-  [1e300, 2**70, 10**30].each do |bound|
+  [1e18, 2**63, 10**18].each do |bound|
     it "lets an ensure finish and raises the failure with cancel_timeout: #{bound}" do
       run = run_child(<<~RUBY)
         begin
@@ -37,6 +37,14 @@ RSpec.describe "Nursery cancellation bounds" do
       expect(lines(run)[0]).to eq("ensure done")
       expect(lines(run)[1]).to start_with("raised boom after")
       expect(Float(lines(run)[1].split.last)).to be < 3
+    end
+  end
+
+  [1e300, 2**70, 10**30].each do |huge|
+    it "rejects cancel_timeout: #{huge} at the call, as every evix timeout of 2**64 s or more" do
+      message = "cancel_timeout is too large (got #{huge.inspect})"
+      expect { Evix.run(cancel_timeout: huge) { :never } }.to raise_error(ArgumentError, message)
+      expect(Fiber.scheduler).to be_nil
     end
   end
 

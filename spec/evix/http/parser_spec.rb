@@ -104,19 +104,22 @@ RSpec.describe "Evix::HTTP::Parser under GC pressure" do
   it "fills env correctly with the GC running at every allocation, and after compaction" do
     outcome = in_child(timeout: 60) do
       parser = Evix::HTTP::Parser.new(8192, 65_536, 100, 1_000_000, 1024)
-      fields = Array.new(40) { |i| "X-Field-#{i}: value-#{i}\r\n" }.join
+      fields = Array.new(12) { |i| "X-Field-#{i}: value-#{i}\r\n" }.join
       head = "POST /p?q=1 HTTP/1.1\r\nHost: h\r\n#{fields}Cookie: a=1\r\nCookie: b=2\r\n\r\n"
       envs = []
+      # The child inherits the suite's heap: collect its garbage (and run its
+      # finalizers) now, not once per allocation under stress.
+      GC.start
       GC.stress = true
       begin
-        3.times { envs << {}.tap { |env| parser.parse(head.dup, 0, env) } }
+        2.times { envs << {}.tap { |env| parser.parse(head.dup, 0, env) } }
       ensure
         GC.stress = false
       end
       GC.compact if GC.respond_to?(:compact)
       envs << {}.tap { |env| parser.parse(head, 0, env) }
-      envs.map { |env| [env.size, env["HTTP_X_FIELD_39"], env["HTTP_COOKIE"], env["PATH_INFO"]] }.uniq
+      envs.map { |env| [env.size, env["HTTP_X_FIELD_11"], env["HTTP_COOKIE"], env["PATH_INFO"]] }.uniq
     end
-    expect(outcome).to eq([[47, "value-39", "a=1; b=2", "/p"]])
+    expect(outcome).to eq([[19, "value-11", "a=1; b=2", "/p"]])
   end
 end
