@@ -110,10 +110,11 @@ module Compat
      [File.join(Dir.home, ".rustup"), "root/.rustup"], [EvixBuild::ROOT, "evix"]]
   end
 
-  # A minbase chroot has no /etc/hosts: the host's is copied in.
-  def with_mounts(root, proc_dev_only: false)
+  # A minbase chroot has no /etc/hosts: the host's is copied in. +extra+:
+  # more [host directory, path in the chroot] pairs.
+  def with_mounts(root, proc_dev_only: false, extra: [])
     mounted = []
-    list = proc_dev_only ? mounts.first(2) : mounts
+    list = proc_dev_only ? mounts.first(2) : mounts + extra
     list.each do |source, target|
       path = File.join(root, target)
       FileUtils.mkdir_p(path)
@@ -142,10 +143,10 @@ module Compat
   end
 
   # Runs +command+ in the lane's chroot, in a clean environment (nothing of
-  # the host's bundle or Ruby leaks in) plus +env+.
-  def run(lane, command = "#{lane.ruby} -S rspec spec/evix spec/examples", env: {})
+  # the host's bundle or Ruby leaks in) plus +env+, with the +mounts+ added.
+  def run(lane, command = "#{lane.ruby} -S rspec spec/evix spec/examples", env: {}, mounts: [])
     build_root(lane)
-    with_mounts(lane.root) do
+    with_mounts(lane.root, extra: mounts) do
       sh!("chroot", lane.root, "/usr/bin/env", "-i", "HOME=/root", "LANG=C.UTF-8",
           "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", *env.map { |k, v| "#{k}=#{v}" },
           "/bin/bash", "-c", script(lane, command))

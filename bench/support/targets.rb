@@ -21,11 +21,12 @@ module Bench
 
     # [target, measured, needed, met] for each target of this lane's issue.
     def target_rows
-      if targets_issue == 14
-        [*paced_targets, *modern_echo_targets, *scheduler_workload_targets]
-      else
-        [*echo_targets, *syscall_targets, *http_targets, *timer_targets, *fiber_targets, *idle_targets]
-      end
+      rows = if targets_issue == 14
+               [*paced_targets, *modern_echo_targets, *scheduler_workload_targets]
+             else
+               [*echo_targets, *syscall_targets, *http_targets, *timer_targets, *fiber_targets, *idle_targets]
+             end
+      rows + rack_targets
     end
 
     # Server CPU per round trip at the fixed rate, against the ceiling's, where both delivered it.
