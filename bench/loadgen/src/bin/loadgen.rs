@@ -550,6 +550,11 @@ fn http_body_complete(head: &[u8], body: &[u8]) -> io::Result<bool> {
     if header("transfer-encoding:").is_some_and(|v| v.ends_with("chunked")) {
         return Ok(body.ends_with(b"0\r\n\r\n"));
     }
+    if header("connection:").is_some_and(|v| v == "close") {
+        return Err(io::Error::other(
+            "the server closes the connection after the response (no keep-alive)",
+        ));
+    }
     Err(io::Error::other(
         "a keep-alive response needs content-length or chunked",
     ))
@@ -804,6 +809,9 @@ mod tests {
         assert!(!http_body_complete(chunked, b"5\r\nhello\r\n").unwrap());
         assert!(http_body_complete(chunked, b"5\r\nhello\r\n0\r\n\r\n").unwrap());
         assert!(http_body_complete(b"HTTP/1.1 200 OK\r\n\r\n", b"").is_err());
+        let closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
+        let error = http_body_complete(closing, b"hello").unwrap_err();
+        assert!(error.to_string().contains("no keep-alive"));
         assert!(http_body_complete(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", b"").is_err());
     }
 }
