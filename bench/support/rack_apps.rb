@@ -51,7 +51,8 @@ module Bench
         "(RACK_ENV=production), `wrk -t1` on CPU 1 with keep-alive, the server on CPU 0 (both CPUs for the " \
         "two-worker rows), #{@config.http_seconds} s measured after a 1 s warm-up, a fresh server per point. " \
         "CPU µs/req is utime + stime of the server and every process it forked over the measured run, per " \
-        "request wrk counted; RSS is each process's peak (VmHWM), the largest when there are several. " \
+        "request wrk counted, and CPU busy that CPU per second (100 % is one core busy: a one-process server " \
+        "below it waits on something other than its CPU); RSS is each process's peak (VmHWM), the largest when there are several. " \
         "Errors are wrk's socket errors, timeouts (#{WRK_TIMEOUT} s) and non-2xx answers. " \
         "PostgreSQL runs unpinned, from a fresh cluster in a temporary directory. thin closes the connection " \
         "after a response without content-length (the hello and Rails apps send none), so wrk reconnects and " \
@@ -127,8 +128,9 @@ module Bench
                    "hwm_kib" => memories.filter_map { |m| m["VmHWM"] }.max, "processes" => memories.size)
     end
 
-    RACK_HEADER = ["Server", "Requests/s", "min–max", "p50 ms", "p99 ms", "Errors", "CPU µs/req", "RSS MiB/process",
-                   "req/s vs best Puma", "req/s vs Falcon", "req/s vs ceiling", "CPU/req vs best Puma"].freeze
+    RACK_HEADER = ["Server", "Requests/s", "min–max", "p50 ms", "p99 ms", "Errors", "CPU µs/req", "CPU busy",
+                   "RSS MiB/process", "req/s vs best Puma", "req/s vs Falcon", "req/s vs ceiling",
+                   "CPU/req vs best Puma"].freeze
 
     def rack_table(scenario, results)
       title = "### #{scenario.title}, `wrk -c#{Report.int(scenario.connections)}`"
@@ -151,9 +153,16 @@ module Bench
       rps = ->(reference) { Report.ratio(result["rps"], references[reference]&.dig("rps")) }
       [label, Report.int(result["rps"]), range(result, "rps", 0), Report.ms(result["p50_us"]&./(1e6), 2),
        Report.ms(result["p99_us"]&./(1e6), 1), Report.int(result["errors"]), Report.float(result["cpu_us"], 1),
-       "#{Report.mib(result["hwm_kib"])}#{" (#{processes} processes)" if processes > 1}",
+       busy(result), "#{Report.mib(result["hwm_kib"])}#{" (#{processes} processes)" if processes > 1}",
        rps.call(:puma), rps.call(:falcon), rps.call(:ceiling),
        Report.ratio(result["cpu_us"], references[:puma]&.dig("cpu_us"))]
+    end
+
+    # The server's CPU seconds per second of the run (100 % is one core busy).
+    def busy(result)
+      return "-" unless result["cpu_us"] && result["rps"]
+
+      "#{(result["cpu_us"] * result["rps"] / 1e4).round} %"
     end
 
     def ok(result)
@@ -170,8 +179,16 @@ module Bench
     def rack_idle
       count = @config.idle_connections
       IDLE_SERVERS.select { |name| rack_server(name) }.to_h do |name|
-        [name, attempt("rack idle #{name} x#{count}") { rack_idle_point(rack_server(name), count) }]
+        [name, attempt("rack idle #{name} x#{count}") { rack_idle_point(idle_server(name, count), count) }]
       end
+    end
+
+    # evix serve holds at most --max-requests-in-flight connections (default
+    # 1,024) before it stops accepting: for this row it is raised past +count+.
+    def idle_server(name, count)
+      return rack_server(name) unless name == "evix"
+
+      RackServers.evix(options: ["--max-requests-in-flight", (count + 1000).to_s])
     end
 
     # The server's RSS after a warm-up and with +count+ kept-alive
@@ -197,7 +214,7 @@ module Bench
       count = @config.idle_connections
       header = ["Server", "RSS before MiB", "RSS with #{Report.int(count)} open MiB", "KiB per connection", "Open s"]
       rows = results.map do |name, r|
-        label = rack_server(name).label
+        label = idle_server(name, count).label
         next failed_row(label, r, header.size) if r["error"]
 
         [label, Report.mib(r["rss_before_kib"]), Report.mib(r["rss_open_kib"]), Report.float(r["kib_per_connection"]),

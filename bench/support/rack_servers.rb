@@ -50,11 +50,12 @@ module Bench
       RbConfig.ruby
     end
 
-    def evix(workers: nil)
-      label = workers ? "evix serve --workers #{workers}" : "evix serve"
+    # +options+: more of evix serve's command-line options.
+    def evix(workers: nil, options: [])
+      label = ["evix serve", *(["--workers #{workers}"] if workers), *options].join(" ")
       command = lambda { |app, port, n|
         [ruby, "-I", File.join(Harness::ROOT, "lib"), File.join(Harness::ROOT, "exe", "evix"), "serve", app,
-         "--bind", "tcp://#{HOST}:#{port}", *(["--workers", n.to_s] if n)]
+         "--bind", "tcp://#{HOST}:#{port}", *(["--workers", n.to_s] if n), *options]
       }
       RackServer.new(name: workers ? "evix_workers" : "evix", label: label, workers: workers, command: command)
     end
