@@ -52,7 +52,8 @@ module Bench
         "two-worker rows), #{@config.http_seconds} s measured after a 1 s warm-up, a fresh server per point. " \
         "CPU µs/req is utime + stime of the server and every process it forked over the measured run, per " \
         "request wrk counted, and CPU busy that CPU per second (100 % is one core busy: a one-process server " \
-        "below it waits on something other than its CPU); RSS is each process's peak (VmHWM), the largest when there are several. " \
+        "below it waits on something other than its CPU); RSS is each process's peak (VmHWM), the largest when " \
+        "there are several. " \
         "Errors are wrk's socket errors, timeouts (#{WRK_TIMEOUT} s) and non-2xx answers. " \
         "PostgreSQL runs unpinned, from a fresh cluster in a temporary directory. thin closes the connection " \
         "after a response without content-length (the hello and Rails apps send none), so wrk reconnects and " \
@@ -149,13 +150,16 @@ module Bench
     end
 
     def rack_row(label, result, references)
-      processes = result["processes"].to_i
       rps = ->(reference) { Report.ratio(result["rps"], references[reference]&.dig("rps")) }
       [label, Report.int(result["rps"]), range(result, "rps", 0), Report.ms(result["p50_us"]&./(1e6), 2),
        Report.ms(result["p99_us"]&./(1e6), 1), Report.int(result["errors"]), Report.float(result["cpu_us"], 1),
-       busy(result), "#{Report.mib(result["hwm_kib"])}#{" (#{processes} processes)" if processes > 1}",
-       rps.call(:puma), rps.call(:falcon), rps.call(:ceiling),
+       busy(result), rss_per_process(result), rps.call(:puma), rps.call(:falcon), rps.call(:ceiling),
        Report.ratio(result["cpu_us"], references[:puma]&.dig("cpu_us"))]
+    end
+
+    def rss_per_process(result)
+      processes = result["processes"].to_i
+      "#{Report.mib(result["hwm_kib"])}#{" (#{processes} processes)" if processes > 1}"
     end
 
     # The server's CPU seconds per second of the run (100 % is one core busy).
