@@ -7,7 +7,8 @@ module Bench
   # start it on a config.ru of spec/fixtures/apps (the apps the specs run).
   # A command is built from (config.ru, port, workers); +workers+ is nil for
   # one process.
-  RackServer = Struct.new(:name, :label, :command, :workers, keyword_init: true) do
+  # +env+: what the server's environment needs besides RackServers.env.
+  RackServer = Struct.new(:name, :label, :command, :workers, :env, keyword_init: true) do
     def command_for(app, port)
       command.call(app, port, workers)
     end
@@ -91,7 +92,11 @@ module Bench
       command = lambda { |app, port, _n|
         [ruby, *libs, bin, "serve", "--bind", "http://#{HOST}:#{port}", "--threaded", "-n", "1", "-c", app]
       }
-      [RackServer.new(name: "falcon", label: "falcon #{version} --threaded -n 1 (from source)", command: command)]
+      # Falcon's service controller runs Bundler.require(:preload) when it finds a Gemfile, and this
+      # checkout's lists development gems the lane lacks: no Gemfile for it, as for the other servers.
+      no_gemfile = { "BUNDLE_GEMFILE" => File.join(Dir.tmpdir, "evix-bench-no-gemfile", "Gemfile") }
+      [RackServer.new(name: "falcon", label: "falcon #{version} --threaded -n 1 (from source)", command: command,
+                      env: no_gemfile)]
     end
 
     def async_http(versions)
@@ -143,7 +148,7 @@ module Bench
     def initialize(server, app, path, env, cpu)
       @port = Harness.free_port
       command = server.command_for(RackServers.app_path(app), @port)
-      @child = Harness::Child.new(command, cpu: cpu, env: RackServers.env(env), pgroup: true)
+      @child = Harness::Child.new(command, cpu: cpu, env: RackServers.env(env).merge(server.env || {}), pgroup: true)
       wait_until_answering(path)
     rescue StandardError
       @child&.finish(grace: 2)
