@@ -5,12 +5,10 @@ require_relative "../../../support/app_examples"
 
 reason = AppServer.unavailable_reason("rack")
 RSpec.describe "The Rack hello app (spec/fixtures/apps/hello.ru) under Rack::Lint", skip: reason do
-  around do |example|
-    AppServer.run("hello") do |server|
-      @server = server
-      example.run
-    end
-  end
+  # One server for the group (an app like Rails takes seconds to boot); an
+  # example that kills it fails the ones after it, which then say so.
+  before(:context) { @server = AppServer.new("hello") }
+  after(:context) { @server&.stop }
 
   let(:server) { @server }
   let(:hello) { "hello" }

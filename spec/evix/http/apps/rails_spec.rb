@@ -6,12 +6,10 @@ require_relative "../../../support/app_examples"
 
 reason = AppServer.unavailable_reason("rails", "action_controller/railtie", needs: "Rails.version >= '7.2'")
 RSpec.describe "A Rails 7.2 API-only app (spec/fixtures/apps/rails.ru) under Rack::Lint", skip: reason do
-  around do |example|
-    AppServer.run("rails") do |server|
-      @server = server
-      example.run
-    end
-  end
+  # One server for the group (an app like Rails takes seconds to boot); an
+  # example that kills it fails the ones after it, which then say so.
+  before(:context) { @server = AppServer.new("rails") }
+  after(:context) { @server&.stop }
 
   let(:server) { @server }
   let(:hello) { "hello" }

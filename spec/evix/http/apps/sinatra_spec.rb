@@ -5,12 +5,10 @@ require_relative "../../../support/app_examples"
 
 reason = AppServer.unavailable_reason("sinatra/base", needs: "Sinatra::VERSION >= '4'")
 RSpec.describe "A Sinatra 4 app (spec/fixtures/apps/sinatra.ru) under Rack::Lint", skip: reason do
-  around do |example|
-    AppServer.run("sinatra") do |server|
-      @server = server
-      example.run
-    end
-  end
+  # One server for the group (an app like Rails takes seconds to boot); an
+  # example that kills it fails the ones after it, which then say so.
+  before(:context) { @server = AppServer.new("sinatra") }
+  after(:context) { @server&.stop }
 
   let(:server) { @server }
   let(:hello) { "hello" }
