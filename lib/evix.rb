@@ -50,6 +50,7 @@ require_relative "evix/tcp_server"
 require_relative "evix/tcp_client"
 require_relative "evix/unix_server"
 require_relative "evix/unix_client"
+require_relative "evix/http"
 require_relative "evix/workers"
 Evix.autoload :TLS, File.expand_path("evix/tls", __dir__) # loads openssl: only when TLS is used
 require_relative "evix/offload"

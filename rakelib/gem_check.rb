@@ -14,6 +14,7 @@ module EvixGemCheck
   # Every packaged file matches one of these.
   PACKAGED = [
     %r{\Alib/evix(/[a-z0-9_]+)*\.rb\z},
+    %r{\Alib/rack(up)?/handler/evix\.rb\z}, # where rackup looks for `-s evix`
     %r{\Asig/[a-z0-9_/]+\.rbs\z},
     %r{\Aexe/evix\z},
     %r{\Aexamples/[a-z0-9_/]+\.rb\z},

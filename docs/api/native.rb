@@ -413,5 +413,79 @@ module Evix
     #   (nil or empty +separator+, +limit+ not an Integer)
     def buffered_line(buffer, offset, separator, limit, chomp); end
   end
+
+  module HTTP
+    # The HTTP/1.1 request head parser of an Evix::HTTP::Server (httparse,
+    # in Rust; ext/evix/src/http/): one per server, holding its limits. Each
+    # #parse writes the request's CGI keys and header fields straight into
+    # the Rack env, and keeps the framing of that head for #content_length,
+    # #chunked?, #keep_alive? and #expect_continue?. A refused request is not
+    # an exception: #parse returns its status, negated, and #reason says why.
+    class Parser
+      # @param request_line [Integer] bytes of the request line (414 past it)
+      # @param head [Integer] bytes of the whole head (431)
+      # @param headers [Integer] header fields (431)
+      # @param body [Integer] bytes of a body (413)
+      # @param chunk_line [Integer] bytes of a chunk-size line (400)
+      # @return [Evix::HTTP::Parser]
+      # @raise [ArgumentError] a limit of 0
+      # @raise [TypeError, RangeError] a limit that is not a non-negative Integer
+      def self.new(request_line, head, headers, body, chunk_line); end
+
+      # Parses the head at byte +offset+ of +buffer+. On success +env+ has
+      # REQUEST_METHOD, PATH_INFO, QUERY_STRING, REQUEST_URI, SERVER_PROTOCOL
+      # and a key per header field (HTTP_*, CONTENT_TYPE, CONTENT_LENGTH;
+      # repeated fields joined with ", ", Cookie with "; "; names with "_"
+      # dropped).
+      # @param buffer [String] the connection's buffer (not kept)
+      # @param offset [Integer] where the head starts
+      # @param env [Hash] the request's env
+      # @return [Integer, nil] nil: incomplete, read more; >= 0: the head's
+      #   length; < 0: refused with that status, negated (400, 413, 414, 431, 505)
+      def parse(buffer, offset, env); end
+
+      # @return [Integer] the last head's Content-Length (0 without one or when chunked)
+      def content_length; end
+
+      # @return [Boolean] whether the last head's body is chunked
+      def chunked?; end
+
+      # @return [Boolean] whether the connection stays open after the last
+      #   head's response (HTTP/1.1 without "Connection: close", HTTP/1.0
+      #   with "Connection: keep-alive")
+      def keep_alive?; end
+
+      # @return [Boolean] whether the last head asked for "100 Continue"
+      def expect_continue?; end
+
+      # @return [String, nil] why the last refused head was refused
+      def reason; end
+
+      # @return [Integer] the body limit in bytes
+      def max_body; end
+    end
+
+    # One chunked request body's decoder (ext/evix/src/http/chunked.rs),
+    # fed the connection's buffer in place; within its parser's limits.
+    class ChunkedDecoder
+      # @param parser [Evix::HTTP::Parser] whose limits apply
+      # @return [Evix::HTTP::ChunkedDecoder]
+      def self.new(parser); end
+
+      # Decodes from byte +offset+ of +buffer+, appending the data to +out+.
+      # @param buffer [String]
+      # @param offset [Integer]
+      # @param out [String]
+      # @return [Integer] bytes of +buffer+ used (>= 0), or the refusal's
+      #   status, negated (400, 413, 431)
+      def decode(buffer, offset, out); end
+
+      # @return [Boolean] whether the last chunk and the trailers were read
+      def done?; end
+
+      # @return [String, nil] why the body was refused
+      def reason; end
+    end
+  end
 end
 # rubocop:enable Style/Documentation

@@ -157,6 +157,36 @@ module Evix
     end
     alias eof eof?
 
+    # Hands the unread input to a parser that works on the buffer in place
+    # (Evix::HTTP's, in Rust): yields the buffer and the offset where the
+    # unread bytes start, and reads more while the block returns nil. A
+    # non-negative Integer from the block is how many bytes it used (they
+    # are dropped from the buffer); a negative one is returned as it is,
+    # nothing used. The block is not called while nothing is buffered.
+    # @api private
+    # @param timeout [Numeric, nil] seconds the whole call may wait
+    # @yieldparam buffer [String] do not keep or change it
+    # @yieldparam offset [Integer]
+    # @yieldreturn [Integer, nil]
+    # @return [Integer, nil] the block's Integer; nil at end of file
+    # @raise [Evix::TimeoutError] the block still wanted more at the deadline
+    # @raise [Evix::ClosedError]
+    def parse_buffered(timeout)
+      deadline = nil
+      while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame under a parked fiber
+        if !@buffer.empty? && (used = yield @buffer, @offset)
+          consume_to(@offset + used) unless used.negative?
+          return used
+        end
+        if timeout
+          deadline ||= Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+          left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          raise TimeoutError, "IO operation timed out after #{timeout}s" unless left.positive?
+        end
+        return nil unless fill(left)
+      end
+    end
+
     private
 
     # #gets with keywords, or with nothing to hand out at once.

@@ -44,12 +44,23 @@ module Evix
     #   this many seconds (finite, not negative)
     # @param write_high_water [Integer] each connection's
     #   Evix::IO#write_high_water
+    # @param max_connections [Integer, nil] past this many open connections
+    #   the server stops accepting until one ends (the kernel's backlog
+    #   holds the others); nil: no bound
     # @yieldparam client [Evix::IO] each connection, in its own task; closed
     #   when the block returns
     # @raise [ArgumentError] without a block, or for a negative or non-finite
-    #   idle_timeout, or a write_high_water that is not a positive Integer
-    def initialize(loop, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, &handler)
+    #   idle_timeout, a write_high_water that is not a positive Integer, or a
+    #   max_connections that is not a positive Integer
+    def initialize(loop, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, max_connections: nil, &handler)
       raise ArgumentError, "#{self.class}.new requires a block" unless handler
+      unless max_connections.nil? || (max_connections.is_a?(Integer) && max_connections.positive?)
+        raise ArgumentError, "max_connections must be a positive Integer or nil (got #{max_connections.inspect})"
+      end
+
+      @max_connections = max_connections
+      @paused = false
+      @detached = {} # connections a handler keeps past its end (#detach)
 
       @write_high_water = IO.high_water(write_high_water)
       @loop = loop
@@ -70,6 +81,16 @@ module Evix
 
       @on_error = block
       self
+    end
+
+    # Leaves +client+ open when its handler ends: the handler handed it on
+    # (an HTTP hijack). It no longer counts as one of the server's
+    # connections, and #shutdown no longer waits for it or closes it.
+    # @param client [Evix::IO] a connection of this server, from its handler
+    # @return [nil]
+    def detach(client)
+      @detached[client] = true if @clients.key?(client)
+      nil
     end
 
     # Stops accepting; open connections go on. Idempotent.
@@ -129,6 +150,7 @@ module Evix
         return if socket == :wait_readable || socket.nil?
 
         start(socket)
+        return if @paused
       end
     rescue Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM => e
       back_off(e)
@@ -162,6 +184,20 @@ module Evix
       end
       @clients[client] = @loop.spawn { serve(client) }
       @connections += 1
+      pause_accepting if @max_connections && @connections >= @max_connections
+    end
+
+    # At max_connections: the listener is not watched until one ends.
+    def pause_accepting
+      @paused = true
+      @watcher.cancel
+    end
+
+    def resume_accepting
+      @paused = false
+      return if @listener.closed? || @backoff
+
+      @watcher = @loop.add_io(@listener, READ) { accept_all }
     end
 
     def serve(client)
@@ -175,9 +211,10 @@ module Evix
       @on_error.call(e, client)
     ensure
       idle&.cancel
-      client.close
+      client.close unless @detached.delete(client)
       @clients.delete(client)
       @connections -= 1
+      resume_accepting if @paused && @connections < @max_connections
     end
 
     def watch_idle(client)

@@ -36,6 +36,7 @@ module Evix
     # @param handshake_timeout [Numeric, nil] seconds a TLS handshake may take
     #   (default Evix::TLS::HANDSHAKE_TIMEOUT)
     # @param write_high_water [Integer] each connection's Evix::IO#write_high_water
+    # @param max_connections [Integer, nil] see Evix::Server#initialize
     # @yieldparam client [Evix::IO] each connection, in its own task; closed
     #   when the block returns
     # @raise [TypeError] for a host that is not a String or nil, a port that
@@ -44,7 +45,8 @@ module Evix
     #   negative or non-finite idle_timeout, no block, a socket that is not
     #   listening, or a port given with one
     def initialize(loop, host, port = nil, backlog: 1024, reuse_port: false, idle_timeout: nil,
-                   ssl_context: nil, handshake_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, &handler)
+                   ssl_context: nil, handshake_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER,
+                   max_connections: nil, &handler)
       if ssl_context || handshake_timeout
         @tls = TLS::Acceptor.new(ssl_context, handshake_timeout)
         handler &&= @tls.with_handshake(handler)
@@ -57,7 +59,8 @@ module Evix
       end
       @backlog = backlog
       @reuse_port = reuse_port
-      super(loop, idle_timeout: idle_timeout, write_high_water: write_high_water, &handler)
+      super(loop, idle_timeout: idle_timeout, write_high_water: write_high_water, max_connections: max_connections,
+                  &handler)
     end
 
     # @return [Integer] the bound port

@@ -26,6 +26,7 @@ module Evix
     # @param idle_timeout [Numeric, nil] close connections with no input for
     #   this many seconds (finite, not negative)
     # @param write_high_water [Integer] each connection's Evix::IO#write_high_water
+    # @param max_connections [Integer, nil] see Evix::Server#initialize
     # @yieldparam client [Evix::IO] each connection, in its own task; closed
     #   when the block returns
     # @raise [TypeError] for a path that is not a String or #to_path
@@ -33,10 +34,12 @@ module Evix
     #   long for sun_path, a negative or non-finite idle_timeout, or no block
     # @raise [Errno::EADDRINUSE] when a server listens on +path+, or a file
     #   that is not a socket is there
-    def initialize(loop, path, backlog: 1024, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, &handler)
+    def initialize(loop, path, backlog: 1024, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER,
+                   max_connections: nil, &handler)
       @path = UNIXServer.check_path(path)
       @backlog = backlog
-      super(loop, idle_timeout: idle_timeout, write_high_water: write_high_water, &handler)
+      super(loop, idle_timeout: idle_timeout, write_high_water: write_high_water, max_connections: max_connections,
+                  &handler)
     end
 
     # Stops accepting and removes the socket file; open connections go on.

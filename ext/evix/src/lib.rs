@@ -2,6 +2,7 @@
 //! OS backends with no Ruby in them; `ruby` binds them as `Evix::Loop`.
 
 pub mod core;
+pub mod http;
 pub mod sys;
 
 #[cfg(feature = "ruby")]

@@ -3,6 +3,8 @@
 
 mod event_loop;
 mod helpers;
+mod http_chunked;
+mod http_parser;
 mod io;
 mod scheduler;
 mod stall_probe;
@@ -26,6 +28,9 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     scheduler::init(ruby, evix)?;
     stall_probe::init(ruby, evix)?;
     io::init(ruby, evix)?;
+    let http = evix.define_module("HTTP")?;
+    http_parser::init(ruby, http)?;
+    http_chunked::init(ruby, http)?;
     // magnus's TypedData derive looks each class up lazily, in a OnceLock
     // whose initialiser calls Object.const_get and so may give up the GVL:
     // two threads wrapping their first object at once deadlock (one holds
@@ -36,6 +41,8 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     watcher::RbWatcher::class(ruby);
     scheduler::RbScheduler::class(ruby);
     stall_probe::RbStallProbe::class(ruby);
+    http_parser::RbParser::class(ruby);
+    http_chunked::RbChunkedDecoder::class(ruby);
     Ok(())
 }
 

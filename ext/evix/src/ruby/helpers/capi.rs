@@ -222,3 +222,68 @@ pub fn byteslice(ruby: &Ruby, string: RString, range: std::ops::Range<usize>) ->
     let bytes = unsafe { string.as_slice() };
     ruby.str_from_slice(&bytes[range])
 }
+
+/// The frozen, interned String with `bytes` (as `-"..."`): one look-up in
+/// Ruby's table of interned strings, no allocation when it is there already.
+/// A Hash takes such a key as it is, without copying and freezing it.
+pub fn interned(_ruby: &Ruby, bytes: &[u8]) -> Value {
+    // SAFETY: `_ruby` shows this thread holds the GVL; the pointer and length
+    // describe `bytes`, which Ruby copies if it makes a new string; the result
+    // is a live String VALUE (interned strings are never freed while in use).
+    unsafe {
+        let raw = rb_sys::rb_interned_str(bytes.as_ptr().cast(), bytes.len() as std::ffi::c_long);
+        <Value as magnus::rb_sys::FromRawValue>::from_raw(raw)
+    }
+}
+
+/// Key-value pairs on their way into a Hash, stored a batch at a time with
+/// `rb_hash_bulk_insert` (what a Hash literal does): a `Hash#[]=` each would
+/// cost a protected call per key. The batch is an array inside this struct,
+/// which lives on the machine stack, so the conservative GC scan keeps the
+/// pending keys and values alive until they are in the Hash. The keys must
+/// be distinct and new to the Hash.
+pub struct HashBatch {
+    hash: rb_sys::VALUE,
+    pending: [rb_sys::VALUE; Self::CAPACITY],
+    len: usize,
+}
+
+impl HashBatch {
+    const CAPACITY: usize = 32;
+
+    pub fn new(hash: magnus::RHash) -> Self {
+        HashBatch {
+            hash: hash.as_raw(),
+            pending: [rb_sys::Qnil as rb_sys::VALUE; Self::CAPACITY],
+            len: 0,
+        }
+    }
+
+    pub fn push(&mut self, ruby: &Ruby, key: Value, value: Value) -> Result<(), Error> {
+        if self.len == Self::CAPACITY {
+            self.flush(ruby)?;
+        }
+        self.pending[self.len] = key.as_raw();
+        self.pending[self.len + 1] = value.as_raw();
+        self.len += 2;
+        Ok(())
+    }
+
+    /// Stores what is pending; what Ruby raises (a frozen Hash) comes back as `Err`.
+    pub fn flush(&mut self, _ruby: &Ruby) -> Result<(), Error> {
+        let (hash, len, pending) = (self.hash, self.len, self.pending.as_ptr());
+        self.len = 0;
+        if len == 0 {
+            return Ok(());
+        }
+        magnus::rb_sys::protect(|| {
+            // SAFETY: `_ruby` shows this thread holds the GVL; the first `len`
+            // entries of `pending` are live VALUEs (kept by the stack scan, see
+            // the struct), `hash` is the live Hash given to `new` (the caller
+            // holds it); `protect` catches what Ruby raises.
+            unsafe { rb_sys::rb_hash_bulk_insert(len as std::ffi::c_long, pending, hash) };
+            rb_sys::Qnil as rb_sys::VALUE
+        })
+        .map(drop)
+    }
+}
