@@ -21,7 +21,7 @@ module BenchLanes
   # host has redis-server, the chroot not).
   WORKLOADS = {
     "3.1" => "echo,http,idle,syscalls,redis,timers,fibers,micro",
-    "3.3" => "echo,rate,maxrate,http,scheduler"
+    "3.3" => "echo,rate,maxrate,http,rack,scheduler"
   }.freeze
   CONNECTIONS = { "3.1" => "1,10,100,1000", "3.3" => "100,1000" }.freeze
   # Five rounds where the targets against async 2 are judged, three on the older lane.
@@ -38,6 +38,15 @@ module BenchLanes
     settings = ENV.select { |key, _| key.start_with?("EVIX_BENCH_") }
     { "EVIX_BENCH_ONLY" => WORKLOADS.fetch(version), "EVIX_BENCH_CONNECTIONS" => CONNECTIONS.fetch(version),
       "EVIX_BENCH_ROUNDS" => ROUNDS.fetch(version) }.merge(settings)
+  end
+
+  # EVIX_BENCH_FALCON names source checkouts on the host (Falcon's first,
+  # ":"-separated); the chroot sees each one at /peers/NAME. Returns the
+  # mounts and the variable as the chroot must read it.
+  def falcon_mounts
+    checkouts = ENV.fetch("EVIX_BENCH_FALCON", "").split(":").reject(&:empty?).map { |dir| File.expand_path(dir) }
+    mounts = checkouts.map { |dir| [dir, File.join("peers", File.basename(dir))] }
+    [mounts, mounts.map { |_, inside| "/#{inside}" }.join(":")]
   end
 
   def loadgen!
@@ -67,7 +76,9 @@ namespace :bench do
     revision = `git -C #{EvixBuild::ROOT} rev-parse --short HEAD`.strip
     env = BenchLanes.env("3.3").merge("EVIX_BENCH_OUT" => out, "EVIX_BENCH_PREBUILT" => "1",
                                       "EVIX_BENCH_REVISION" => "commit #{revision}")
-    Compat.run(Compat::BENCH, "ruby bench/run.rb", env: env)
+    mounts, falcon = BenchLanes.falcon_mounts
+    env["EVIX_BENCH_FALCON"] = falcon unless mounts.empty?
+    Compat.run(Compat::BENCH, "ruby bench/run.rb", env: env, mounts: mounts)
   end
 
   desc "Put the lanes' reports together into bench/RESULTS.md (tmp/bench-quick/RESULTS.md when quick)"

@@ -41,13 +41,25 @@ module Compat
   LANES = {
     "3.3" => Lane.new(name: "ruby33", version: "3.3", suite: "trixie", ruby: "/usr/bin/ruby",
                       packages: %w[ruby ruby-dev rake bundler], experimental: []),
+    # The Rack app specs (spec/evix/http/apps): Rack 3.2, rackup 2, Sinatra 4 and ab. sid builds
+    # its native gems (pg, nokogiri for Rails, puma) for Ruby 3.3 only: the Rails and
+    # PostgreSQL apps run in the apps lane below.
     "3.4" => Lane.new(name: "ruby34", version: "3.4", suite: "sid", ruby: "/usr/bin/ruby3.4",
-                      packages: [], experimental: %w[ruby3.4 ruby3.4-dev])
+                      packages: %w[ruby-rack ruby-rackup ruby-sinatra apache2-utils],
+                      experimental: %w[ruby3.4 ruby3.4-dev])
   }.freeze
+
+  # The Rack servers and apps the HTTP benchmark and the app specs run: puma 8, thin 2,
+  # async-http 0.105 with protocol-rack 0.23 (and what Falcon's sources need besides:
+  # async-service, async-container, samovar, localhost), Sinatra 4, an API-only Rails 7.2
+  # (railties and actionpack), ruby-pg 1.7 with a PostgreSQL to start, ab.
+  RACK_PACKAGES = %w[ruby-rack ruby-rackup ruby-sinatra ruby-railties ruby-actionpack ruby-pg postgresql
+                     apache2-utils puma thin ruby-async-http ruby-protocol-rack ruby-async-service
+                     ruby-async-container ruby-samovar ruby-localhost].freeze
 
   BENCH = Lane.new(name: "bench33", version: "3.3", suite: "sid", ruby: "/usr/bin/ruby",
                    packages: %w[ruby ruby-dev ruby-async ruby-io-event ruby-io-stream ruby-nio4r ruby-eventmachine
-                                ruby-timers ruby-benchmark-ips puma ruby-rack wrk valgrind],
+                                ruby-timers ruby-benchmark-ips wrk valgrind] + RACK_PACKAGES,
                    experimental: [])
 
   # The registry's copy of sid's and experimental's Release files may be
@@ -98,10 +110,11 @@ module Compat
      [File.join(Dir.home, ".rustup"), "root/.rustup"], [EvixBuild::ROOT, "evix"]]
   end
 
-  # A minbase chroot has no /etc/hosts: the host's is copied in.
-  def with_mounts(root, proc_dev_only: false)
+  # A minbase chroot has no /etc/hosts: the host's is copied in. +extra+:
+  # more [host directory, path in the chroot] pairs.
+  def with_mounts(root, proc_dev_only: false, extra: [])
     mounted = []
-    list = proc_dev_only ? mounts.first(2) : mounts
+    list = proc_dev_only ? mounts.first(2) : mounts + extra
     list.each do |source, target|
       path = File.join(root, target)
       FileUtils.mkdir_p(path)
@@ -130,10 +143,10 @@ module Compat
   end
 
   # Runs +command+ in the lane's chroot, in a clean environment (nothing of
-  # the host's bundle or Ruby leaks in) plus +env+.
-  def run(lane, command = "#{lane.ruby} -S rspec spec/evix spec/examples", env: {})
+  # the host's bundle or Ruby leaks in) plus +env+, with the +mounts+ added.
+  def run(lane, command = "#{lane.ruby} -S rspec spec/evix spec/examples", env: {}, mounts: [])
     build_root(lane)
-    with_mounts(lane.root) do
+    with_mounts(lane.root, extra: mounts) do
       sh!("chroot", lane.root, "/usr/bin/env", "-i", "HOME=/root", "LANG=C.UTF-8",
           "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", *env.map { |k, v| "#{k}=#{v}" },
           "/bin/bash", "-c", script(lane, command))
@@ -147,4 +160,11 @@ namespace :compat do
 
   desc "Compile and run the specs on Ruby 3.4 (Debian experimental) in a sid chroot (root only)"
   task(:ruby34) { Compat.run(Compat::LANES.fetch("3.4")) }
+
+  desc "Run the Rack app specs (Sinatra 4, Rails 7.2, PostgreSQL with ruby-pg 1.7) on sid's Ruby 3.3, " \
+       "the benchmark's chroot (root only). EVIX_APP_SERVER=puma|thin runs them against that server instead"
+  task :apps do
+    env = ENV.slice("EVIX_APP_SERVER")
+    Compat.run(Compat::BENCH, "#{Compat::BENCH.ruby} -S rspec spec/evix/http/apps", env: env)
+  end
 end

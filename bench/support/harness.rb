@@ -81,6 +81,20 @@ module Harness
     (Integer(fields[11]) + Integer(fields[12])) / clock_ticks.to_f
   end
 
+  # +pid+ and its descendants (from each process's parent in /proc).
+  def process_tree(pid)
+    children = Hash.new { |hash, key| hash[key] = [] }
+    Dir["/proc/[0-9]*/stat"].each do |path|
+      fields = File.read(path).rpartition(")").last.split
+      children[Integer(fields[1])] << Integer(path[%r{/proc/(\d+)/}, 1])
+    rescue Errno::ENOENT, Errno::ESRCH
+      next
+    end
+    tree = [pid]
+    tree.each { |parent| tree.concat(children[parent]) }
+    tree
+  end
+
   def clock_ticks
     @clock_ticks ||= Integer(IO.popen(%w[getconf CLK_TCK], &:read).strip)
   rescue StandardError
@@ -94,10 +108,13 @@ module Harness
   class Child
     attr_reader :pid, :stdout, :stdin
 
-    def initialize(command, cpu:, stdin: false, env: Harness.child_env)
+    # With +pgroup+ the child leads a process group of its own and #finish
+    # signals the whole group (a server's forked workers too).
+    def initialize(command, cpu:, stdin: false, env: Harness.child_env, pgroup: false)
       @log = File.join(Dir.tmpdir, "evix-bench-#{Process.pid}-#{object_id}.log")
       @stdout, out = IO.pipe
-      options = { out: out, err: @log, rlimit_nofile: [NOFILE, NOFILE], chdir: ROOT }
+      @pgroup = pgroup
+      options = { out: out, err: @log, rlimit_nofile: [NOFILE, NOFILE], chdir: ROOT, pgroup: pgroup }
       if stdin
         input, @stdin = IO.pipe
         options[:in] = input
@@ -132,10 +149,10 @@ module Harness
     # @return [Process::Status]
     def finish(stop: true, grace: 3)
       @stdin&.close unless @stdin&.closed?
-      Process.kill(:TERM, @pid) if stop
+      Process.kill(:TERM, target) if stop
       status = wait(grace)
       unless status
-        Process.kill(:KILL, @pid)
+        Process.kill(:KILL, target)
         status = wait(grace)
       end
       status
@@ -143,6 +160,17 @@ module Harness
       wait(grace)
     ensure
       @stdout.close unless @stdout.closed?
+      kill_group
+    end
+
+    # Whether the process is still running (not exited, or exited and not reaped).
+    def alive?
+      return false if @status
+
+      _, @status = Process.wait2(@pid, Process::WNOHANG)
+      @status.nil?
+    rescue Errno::ECHILD
+      false
     end
 
     # The telling line of stderr: a Ruby crash report or exception if there
@@ -171,11 +199,24 @@ module Harness
 
     private
 
+    def target
+      @pgroup ? -@pid : @pid
+    end
+
+    # What the group's leader left behind (a worker that ignored TERM) goes too.
+    def kill_group
+      Process.kill(:KILL, -@pid) if @pgroup
+    rescue Errno::ESRCH, Errno::EPERM
+      nil
+    end
+
     def wait(seconds)
+      return @status if @status
+
       deadline = Harness.now + seconds
       loop do
         _, status = Process.wait2(@pid, Process::WNOHANG)
-        return status if status
+        return @status = status if status
         return nil if Harness.now > deadline
 
         sleep 0.02
@@ -238,9 +279,9 @@ module Harness
 
   # Runs wrk against +port+ and returns requests/s, latency percentiles (µs),
   # requests and errors.
-  def run_wrk(port, connections:, seconds:)
+  def run_wrk(port, connections:, seconds:, path: "/", timeout: 2)
     command = ["taskset", "-c", CLIENT_CPU, "wrk", "-t1", "-c#{connections}", "-d#{seconds}s", "--latency",
-               "http://127.0.0.1:#{port}/"]
+               "--timeout", "#{timeout}s", "http://127.0.0.1:#{port}#{path}"]
     out = IO.popen(command, err: %i[child out], &:read)
     raise Failure, "wrk failed: #{out.lines.last}" unless $CHILD_STATUS.success?
 

@@ -7,6 +7,7 @@ require_relative "harness"
 require_relative "report"
 require_relative "network"
 require_relative "paced"
+require_relative "rack_apps"
 require_relative "runtime"
 require_relative "schedulers"
 require_relative "targets"
@@ -64,14 +65,16 @@ module Bench
   class Suite
     include Network
     include Paced
+    include RackApps
     include Runtime
     include SchedulerWorkloads
     include Targets
 
-    WORKLOADS = %w[echo rate maxrate http idle syscalls redis timers fibers scheduler micro].freeze
+    WORKLOADS = %w[echo rate maxrate http rack idle syscalls redis timers fibers scheduler micro].freeze
     # The gems whose versions the report names; a server needing one that is
     # missing is left out.
-    PEER_GEMS = %w[async io-event io-stream nio4r eventmachine timers puma].freeze
+    PEER_GEMS = %w[async io-event io-stream nio4r eventmachine timers puma thin async-http protocol-rack rack
+                   sinatra railties pg].freeze
 
     def initialize(config)
       @config = config

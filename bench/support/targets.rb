@@ -24,11 +24,12 @@ module Bench
 
     # [target, measured, needed, met] for each target this lane judges.
     def target_rows
-      if modern_targets?
-        [*paced_targets, *modern_echo_targets, *scheduler_workload_targets]
-      else
-        [*echo_targets, *syscall_targets, *http_targets, *timer_targets, *fiber_targets, *idle_targets]
-      end
+      rows = if modern_targets?
+               [*paced_targets, *modern_echo_targets, *scheduler_workload_targets]
+             else
+               [*echo_targets, *syscall_targets, *http_targets, *timer_targets, *fiber_targets, *idle_targets]
+             end
+      rows + rack_targets
     end
 
     # Server CPU per round trip at the fixed rate, against the ceiling's, where both delivered it.

@@ -62,6 +62,13 @@ RSpec.describe "bench/run.rb (EVIX_BENCH_QUICK=1)" do
     expect(@report).not_to include("failed:")
   end
 
+  it "has the Rack apps section: a table per app and load, the Rust HTTP ceiling in the hello one" do
+    expect(@report).to include("## Rack apps on HTTP servers", "### Rack hello, `wrk -c100`",
+                               "### `sleep 0.01` app, `wrk -c1,000`", "### PostgreSQL", "idle keep-alive connections")
+    hello = @report[/^### Rack hello, `wrk -c100`.*?(?=^###)/m]
+    expect(hello).to match(/^\| raw Rust HTTP ceiling \(epoll, no Rack\) \| [\d,]+ \|/)
+  end
+
   it "counts system calls per round trip for the evix servers" do
     header = @report[/^\| System call \|.*$/]
     expect(header).to include("evix: TCPServer, fibers", "raw Rust epoll (ceiling)")

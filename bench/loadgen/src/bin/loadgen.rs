@@ -4,7 +4,7 @@
 //!                  [--warmup SECONDS] [--duration SECONDS | --count ROUND_TRIPS]
 //!                  [--rate ROUND_TRIPS_PER_S] [--server-pid PID] [--sync]
 //!     loadgen idle --port P [--connections N] [--size S] [--hold SECONDS]
-//!                  [--server-pid PID] [--sync]
+//!                  [--server-pid PID] [--sync] [--http]
 //!
 //! `echo` keeps one S-byte message in flight on each of N connections, checks
 //! every echoed byte against what was sent, and after the warm-up measures for
@@ -23,6 +23,9 @@
 //!
 //! `idle` opens N connections (in batches, each checked with one echo) and holds
 //! them for `--hold` seconds, printing one JSON line once they are all open.
+//! With `--http` each connection is checked with one HTTP/1.1 keep-alive
+//! `GET /` instead, answered 2xx with a complete body, and then held idle
+//! between requests as a browser's kept-alive connection is.
 //!
 //! `--sync` hands the timing to the caller: `echo` prints "warm" after the
 //! warm-up, then runs one measured phase (printing its JSON line) for each
@@ -460,6 +463,103 @@ fn connect_all(addr: SocketAddr, n: usize, size: usize) -> io::Result<Vec<Conn>>
     Ok(conns)
 }
 
+const HTTP_REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+/// A response head or body bigger than this is not the hello the check expects.
+const HTTP_RESPONSE_LIMIT: usize = 64 * 1024;
+
+/// Opens `n` connections in batches; each one gets one complete 2xx HTTP
+/// response before the next batch starts.
+fn connect_all_http(addr: SocketAddr, n: usize) -> io::Result<Vec<TcpStream>> {
+    let mut streams = Vec::with_capacity(n);
+    while streams.len() < n {
+        let first = streams.len();
+        for id in first..n.min(first + CONNECT_BATCH) {
+            let mut stream = TcpStream::connect_timeout(&addr, STALL)
+                .map_err(|e| io::Error::new(e.kind(), format!("connection {id}: connect: {e}")))?;
+            stream.set_nodelay(true)?;
+            stream.set_read_timeout(Some(STALL))?;
+            stream.write_all(HTTP_REQUEST)?;
+            streams.push(stream);
+        }
+        for (offset, stream) in streams[first..].iter_mut().enumerate() {
+            read_http_response(stream).map_err(|e| {
+                io::Error::new(e.kind(), format!("connection {}: {e}", first + offset))
+            })?;
+        }
+    }
+    Ok(streams)
+}
+
+/// Reads one response: a 2xx status, then a body framed by Content-Length
+/// or chunked encoding (read to its last chunk).
+fn read_http_response(stream: &mut TcpStream) -> io::Result<()> {
+    let mut response = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut head_end = None;
+    loop {
+        if let Some(end) = head_end {
+            if http_body_complete(&response[..end], &response[end..])? {
+                return Ok(());
+            }
+        }
+        if response.len() > HTTP_RESPONSE_LIMIT {
+            return Err(io::Error::other("response larger than 64 KiB"));
+        }
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                ErrorKind::UnexpectedEof,
+                "closed before a whole response",
+            ));
+        }
+        response.extend_from_slice(&buf[..n]);
+        if head_end.is_none() {
+            head_end = response
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map(|i| i + 4);
+            if let Some(end) = head_end {
+                let status = &response[..end.min(12)];
+                if !(status.starts_with(b"HTTP/1.1 2") || status.starts_with(b"HTTP/1.0 2")) {
+                    let line = String::from_utf8_lossy(&response[..end]);
+                    return Err(io::Error::other(format!(
+                        "not a 2xx: {}",
+                        line.lines().next().unwrap_or("")
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// Whether `body` holds the whole body the head announces.
+fn http_body_complete(head: &[u8], body: &[u8]) -> io::Result<bool> {
+    let head = String::from_utf8_lossy(head).to_ascii_lowercase();
+    let header = |name: &str| {
+        head.lines().find_map(|line| {
+            line.strip_prefix(name)
+                .map(|value| value.trim().to_string())
+        })
+    };
+    if let Some(length) = header("content-length:") {
+        let length: usize = length
+            .parse()
+            .map_err(|_| io::Error::other(format!("bad content-length {length:?}")))?;
+        return Ok(body.len() >= length);
+    }
+    if header("transfer-encoding:").is_some_and(|v| v.ends_with("chunked")) {
+        return Ok(body.ends_with(b"0\r\n\r\n"));
+    }
+    if header("connection:").is_some_and(|v| v == "close") {
+        return Err(io::Error::other(
+            "the server closes the connection after the response (no keep-alive)",
+        ));
+    }
+    Err(io::Error::other(
+        "a keep-alive response needs content-length or chunked",
+    ))
+}
+
 fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -610,10 +710,16 @@ fn idle(args: &Args, addr: SocketAddr) -> io::Result<bool> {
     let size: usize = args.get("size", 64).map_err(io::Error::other)?;
     let hold: f64 = args.get("hold", 1.0).map_err(io::Error::other)?;
     let started = Instant::now();
-    let conns = connect_all(addr, connections, size)?;
+    let (open, echo, http) = if args.flag("http") {
+        let streams = connect_all_http(addr, connections)?;
+        (streams.len(), Vec::new(), streams)
+    } else {
+        let conns = connect_all(addr, connections, size)?;
+        (conns.len(), conns, Vec::new())
+    };
     emit(&format!(
         "{{\"mode\":\"idle\",\"connections\":{},\"open_s\":{:.3},\"errors\":0}}",
-        conns.len(),
+        open,
         started.elapsed().as_secs_f64()
     ))?;
     if args.flag("sync") {
@@ -621,14 +727,14 @@ fn idle(args: &Args, addr: SocketAddr) -> io::Result<bool> {
     } else {
         std::thread::sleep(Duration::from_secs_f64(hold));
     }
-    drop(conns);
+    drop((echo, http));
     Ok(true)
 }
 
 fn run(argv: Vec<String>) -> Result<bool, String> {
     let mut argv = argv.into_iter();
     let mode = argv.next().unwrap_or_default();
-    let args = Args::parse(argv, &["sync"])?;
+    let args = Args::parse(argv, &["sync", "http"])?;
     let known: &[&str] = match mode.as_str() {
         "echo" => &[
             "host",
@@ -677,7 +783,7 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::{pattern, percentile};
+    use super::{http_body_complete, pattern, percentile};
 
     #[test]
     fn percentiles_use_nearest_rank() {
@@ -692,5 +798,20 @@ mod tests {
     fn messages_differ_by_connection_and_sequence() {
         assert_ne!(pattern(0, 1, 0), pattern(1, 1, 0));
         assert_ne!(pattern(0, 1, 0), pattern(0, 2, 0));
+    }
+
+    #[test]
+    fn http_bodies_complete_by_length_or_last_chunk() {
+        let sized = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        assert!(!http_body_complete(sized, b"hell").unwrap());
+        assert!(http_body_complete(sized, b"hello").unwrap());
+        let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+        assert!(!http_body_complete(chunked, b"5\r\nhello\r\n").unwrap());
+        assert!(http_body_complete(chunked, b"5\r\nhello\r\n0\r\n\r\n").unwrap());
+        assert!(http_body_complete(b"HTTP/1.1 200 OK\r\n\r\n", b"").is_err());
+        let closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
+        let error = http_body_complete(closing, b"hello").unwrap_err();
+        assert!(error.to_string().contains("no keep-alive"));
+        assert!(http_body_complete(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", b"").is_err());
     }
 }
