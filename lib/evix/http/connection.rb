@@ -41,7 +41,8 @@ module Evix
       LINGER_BYTES = 256 * 1024
       # Seconds the same may take.
       LINGER_SECONDS = 1
-      private_constant(*constants)
+      private_constant :REQUEST_METHOD, :SERVER_PROTOCOL, :HTTP10, :HEAD, :CRLF, :LAST_CHUNK, :CLOSE, :KEEP_ALIVE,
+                       :CHUNKED, :LINE_BREAK, :ONE_WRITE, :SKIP_LIMIT, :LINGER_BYTES, :LINGER_SECONDS
 
       # @param server [Evix::HTTP::Server] what the connections share
       # @param client [Evix::IO] the connection
