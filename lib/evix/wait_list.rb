@@ -36,9 +36,10 @@ module Evix
 
       # Ends the wait with +value+.
       # @param value [Object] what the waiter's #wait returns
-      # @return [Boolean] false if the wait had already ended
+      # @return [Boolean] false if the wait had already ended, or can never
+      #   end because its loop was closed
       def resume(value)
-        @loop.resume(@token, value)
+        !@loop.closed? && @loop.resume(@token, value)
       end
     end
 

@@ -8,6 +8,27 @@ require "spec_helper"
 RSpec.describe "Evix structured concurrency primitives, edges" do
   let(:ev) { new_loop }
 
+  it "skips a waiter whose loop was closed: its wait can never end, and the wake goes to the next" do
+    condition = Evix::Condition.new
+    queue = Evix::Queue.new
+    gone = Evix::Loop.new
+    2.times { gone.spawn { condition.wait } }
+    gone.spawn { queue.pop }
+    gone.run_once(0)
+    gone.close
+    expect(condition.signal(:lost)).to be(false)
+    expect(condition.broadcast(:lost)).to eq(0)
+    live = Evix::Loop.new
+    waiter = live.spawn { condition.wait }
+    popper = live.spawn { queue.pop }
+    live.run_once(0)
+    expect(condition.signal(:kept)).to be(true)
+    queue.push(:item)
+    expect([waiter.wait, popper.wait]).to eq(%i[kept item])
+  ensure
+    live&.close
+  end
+
   it "raises Evix::Error outside a task only when it would have to wait" do
     queue = Evix::Queue.new
     queue << :ready
