@@ -31,6 +31,7 @@ module Evix
       @loop = loop
       @cancel_timeout = Server.seconds(cancel_timeout, "cancel_timeout")
       @woken_from_outside = woken_from_outside
+      @pid = Process.pid
       @tasks = {}.compare_by_identity # each task => the on_finish its spawner gave, or nil
       @task_finished = method(:finished) # one for every task: no Proc per spawn
       @failure = nil
@@ -151,8 +152,10 @@ module Evix
     # failure fails the run. True: the nursery took the error.
     def finished(task, error)
       also = @tasks.delete(task)
-      # The last task ended: #drive's run_once must not go on to block.
-      @loop.stop if @tasks.empty?
+      # The last task ended: #drive's run_once must not go on to block. In a
+      # child forked without a block the forking fiber is the child's root
+      # fiber, and its end ends the child: the parent's loop is not touched.
+      @loop.stop if @tasks.empty? && Process.pid == @pid
       return true if also&.call(task, error)
       return false if error.nil? || error.is_a?(CancelledError)
 

@@ -163,6 +163,37 @@ RSpec.describe "Reliability: fork" do
     expect(got).to eq(Array.new(8) { |i| [i, i * 10] }.to_h)
   end
 
+  # Ruby makes the forking fiber the child's root fiber: Evix.run's own
+  # frames are not on its stack, so the child cannot return from Evix.run.
+  # What evix owes it is a clean end: the block's fiber ends, at_exit runs,
+  # exit status 0 (1 with the block's exception), no Evix::Error from the
+  # parent's loop.
+  [true, false].each do |sibling|
+    it "ends a child forked without a block inside Evix.run when the block ends, cleanly, as Ruby ends a root " \
+       "fiber (#{sibling ? "another fiber scheduled" : "the block alone"})" do
+      run = run_ruby(<<~RUBY, timeout: 5)
+        def say(line) = $stdout.write("\#{line}\n") # one write: both processes print
+        at_exit { say "at_exit in \#{Process.pid == PARENT ? "parent" : "child"}: \#{$!.inspect}" }
+        PARENT = Process.pid
+        status = nil
+        result = Evix.run do
+          Fiber.schedule { sleep 0.05 } if #{sibling}
+          pid = fork
+          say "block ends in \#{pid ? "parent" : "child"}"
+          status = Process.wait2(pid)[1].exitstatus if pid
+          :value
+        end
+        say "returned \#{result.inspect}, child exit \#{status}"
+      RUBY
+      expect(run.timed_out).to be(false)
+      expect(run.err).to eq("")
+      expect(run.out.lines.map(&:chomp)).to contain_exactly(
+        "block ends in parent", "block ends in child", "at_exit in child: nil",
+        "returned :value, child exit 0", "at_exit in parent: nil"
+      )
+    end
+  end
+
   it "keeps the parent's Evix.run working, and lets a child forked inside it block and run its own loop" do
     outcome = isolated(timeout: 5) do
       r, w = IO.pipe
