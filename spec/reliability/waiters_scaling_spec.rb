@@ -7,7 +7,7 @@ require "spec_helper"
 # Each case runs at two sizes, 4x apart, in a child; quadratic leaving takes
 # about 16x as long at the larger size, N log N under 5x. The bound is 8x,
 # with the best of two runs of each size against a loaded machine.
-RSpec.describe "Leaving waits at scale" do
+RSpec.describe "Leaving waits at scale", timing: true do
   let(:small_size) { 2_500 }
   let(:large_size) { 10_000 }
 
