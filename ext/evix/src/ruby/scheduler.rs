@@ -522,9 +522,6 @@ fn io_read_once(
     length: Value,
 ) -> Result<Value, Error> {
     let (file, offset, length) = single_transfer(ruby, &[io, buffer, offset, length])?;
-    if capi::with_buffer(ruby, buffer, |bytes| bytes.len())? < offset + length {
-        return Err(range_error(ruby));
-    }
     if length == 0 {
         return Ok(0.into_value_with(ruby));
     }
@@ -560,9 +557,6 @@ fn io_write_once(
     length: Value,
 ) -> Result<Value, Error> {
     let (file, offset, length) = single_transfer(ruby, &[io, buffer, offset, length])?;
-    if capi::with_buffer(ruby, buffer, |bytes| bytes.len())? < offset + length {
-        return Err(range_error(ruby));
-    }
     if length == 0 {
         return Ok(0.into_value_with(ruby));
     }
@@ -585,7 +579,8 @@ fn io_write_once(
     Ok(transferred(ruby, sent))
 }
 
-/// The IO, offset and length of a single-transfer `io_read`/`io_write`.
+/// The IO, offset and length of a single-transfer `io_read`/`io_write`,
+/// checked to lie within the buffer.
 fn single_transfer(ruby: &Ruby, args: &[Value]) -> Result<(RFile, usize, usize), Error> {
     let count = |value: Value| Integer::from_value(value)?.to_usize().ok();
     let parsed = RFile::from_value(args[0])
@@ -597,7 +592,10 @@ fn single_transfer(ruby: &Ruby, args: &[Value]) -> Result<(RFile, usize, usize),
             "io_read/io_write(io, buffer, offset, length) take an IO and two Integers >= 0",
         )
     })?;
-    if offset.checked_add(length).is_none() {
+    let end = offset
+        .checked_add(length)
+        .ok_or_else(|| range_error(ruby))?;
+    if capi::with_buffer(ruby, args[1], |bytes| bytes.len())? < end {
         return Err(range_error(ruby));
     }
     Ok((file, offset, length))
