@@ -1,6 +1,7 @@
 //! `Evix::Loop`: the Rust loop core as a Ruby object.
 
-use super::helpers::callback::{owner_of, required_block, Callback, RubyDriver, Switch};
+use super::driver::{owner_of, Callback, RubyDriver, Switch};
+use super::handle::Owner;
 use super::helpers::{args, capi, errors};
 use super::stall_probe::RbStallProbe;
 use super::timer::RbTimer;
@@ -10,9 +11,9 @@ use crate::sys::Interest;
 use crate::sys::{fork, BackendKind};
 use magnus::rb_sys::AsRawValue;
 use magnus::{
-    function, gc::Marker, method, prelude::*, scan_args, typed_data::Obj, value::LazyId,
-    value::Opaque, DataTypeFunctions, Error, Fiber, IntoValue, RFile, RHash, RModule, Ruby, Symbol,
-    TryConvert, TypedData, Value,
+    block::Proc, function, gc::Marker, method, prelude::*, scan_args, typed_data::Obj,
+    value::LazyId, value::Opaque, DataTypeFunctions, Error, Fiber, IntoValue, RFile, RHash,
+    RModule, Ruby, Symbol, TryConvert, TypedData, Value,
 };
 use std::cell::Cell;
 use std::io;
@@ -811,6 +812,24 @@ impl RbLoop {
         hash.aset(ruby.to_symbol("rebuilds"), stats.rebuilds)?;
         Ok(hash)
     }
+}
+
+impl Owner for RbLoop {
+    fn usable(&self, ruby: &Ruby) -> Result<&Loop<Callback>, Error> {
+        RbLoop::usable(self, ruby)
+    }
+
+    fn usable_if_open(&self, ruby: &Ruby) -> Result<Option<&Loop<Callback>>, Error> {
+        RbLoop::usable_if_open(self, ruby)
+    }
+}
+
+/// The block given to the current method, or ArgumentError naming `method`.
+fn required_block(ruby: &Ruby, method: &str) -> Result<Proc, Error> {
+    if !ruby.block_given() {
+        return Err(errors::argument(ruby, format!("{method} requires a block")));
+    }
+    ruby.block_proc()
 }
 
 fn backend_kind(ruby: &Ruby, requested: Option<Value>) -> Result<BackendKind, Error> {

@@ -1,7 +1,10 @@
-//! The Ruby binding: one file per class, each with its own `init`, and
-//! what they share in `helpers/`.
+//! The Ruby binding: one file per class, each with its own `init`; the
+//! driver and the Timer/Watcher handle they build on (`driver.rs`,
+//! `handle.rs`); and leaf helpers in `helpers/`.
 
+mod driver;
 mod event_loop;
+mod handle;
 mod helpers;
 mod http_chunked;
 mod http_parser;
