@@ -917,8 +917,7 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("start", method!(RbLoop::start, 1))?;
     class.define_singleton_method("io_closing", function!(RbLoop::io_closing, 1))?;
     class.define_private_method("disown", method!(RbLoop::disown, 0))?;
-    // Public, documented @api private: the Ruby half (lib/evix/loop.rb)
-    // needs them, and Ruby calls no private native method.
+    // Public, @api private: lib/evix/loop.rb needs them; Ruby calls no private native method.
     class.define_method("reserve_fd", method!(RbLoop::reserve_fd, 1))?;
     class.define_method("wait_of", method!(RbLoop::wait_of, 1))?;
     class.define_method("ensure_usable!", method!(RbLoop::ensure_usable, 0))?;
