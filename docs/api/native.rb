@@ -192,43 +192,48 @@ module Evix
     #   elsewhere) made the loop rebuild its backend
     def stats; end
 
+    # Marks +io+ (the signal pipe's read end) as the loop's own: #add_io,
+    # #wait_io and #release_io refuse it. Public for Loop#add_signal.
+    # @api private
+    # @param io [::IO]
+    # @return [nil]
+    def reserve_fd(io); end
+
+    # What +fiber+ is parked on (Loop#tasks, Evix::Scheduler).
+    # @api private
+    # @param fiber [Fiber]
+    # @return [Array(Integer, Integer, Float), nil] fd, event bits and seconds
+    #   left (each nil when the wait has none); nil if +fiber+ is not parked here
+    def wait_of(fiber); end
+
+    # The checks every native method makes (thread, fork, closed), for the
+    # methods written in Ruby.
+    # @api private
+    # @return [nil]
+    def ensure_usable!; end
+
     private
 
     # The loop belongs to the next thread that uses it (Evix::Scheduler's
     # own loop, installed on another thread than the one that made it).
     # @return [nil]
     def disown; end
+  end
 
-    # Keeps #run going, as a referenced timer would, until the matching
-    # #release_hold (Loop#offload while its job is out).
-    # @return [nil]
-    def hold; end
+  # Keeps a loop's #run going, as a referenced timer would, until released:
+  # Loop#offload holds its loop while the job is out.
+  # @api private
+  class Hold
+    # Holds +loop+ from now on.
+    # @param loop [Evix::Loop]
+    # @raise [TypeError] +loop+ is not an Evix::Loop
+    # @return [Evix::Hold]
+    # @raise [Evix::ClosedError] the loop is closed
+    def self.new(loop); end
 
-    # Ends one #hold; quiet on a closed loop (it is called from ensure).
-    # @return [Boolean] false if none was held
-    def release_hold; end
-
-    # Marks +io+ (the signal pipe's read end) as the loop's own: #add_io,
-    # #wait_io and #release_io refuse it.
-    # @param io [::IO]
-    # @return [nil]
-    def reserve_fd(io); end
-
-    # What a stall watchdog thread watches (Evix::StallWatch).
-    # @param seconds [Numeric] the stall threshold
-    # @return [Evix::StallProbe]
-    def stall_probe(seconds); end
-
-    # What +fiber+ is parked on (Loop#tasks).
-    # @param fiber [Fiber]
-    # @return [Array(Integer, Integer, Float), nil] fd, event bits and seconds
-    #   left (each nil when the wait has none); nil if +fiber+ is not parked here
-    def wait_of(fiber); end
-
-    # The checks every native method makes (thread, fork, closed), for
-    # methods written in Ruby.
-    # @return [nil]
-    def ensure_usable!; end
+    # Ends the hold; quiet on a closed loop (it is called from ensure).
+    # @return [Boolean] false if it had ended already or the loop is closed
+    def release; end
   end
 
   # The handle Loop#add_timer returns (there is no Timer.new). On a closed
@@ -400,6 +405,15 @@ module Evix
   # holds the pulse, not the loop, and waits without the GVL.
   # @api private
   class StallProbe
+    # A probe of +loop+'s pulse that finds stalls of +seconds+ or longer.
+    # @param loop [Evix::Loop]
+    # @param seconds [Numeric] the threshold, positive
+    # @raise [TypeError] +loop+ is not an Evix::Loop
+    # @raise [ArgumentError] a threshold that is not a positive number of seconds
+    # @return [Evix::StallProbe]
+    # @raise [Evix::ClosedError] the loop is closed
+    def self.new(loop, seconds); end
+
     # Blocks until the loop has held one callback or fiber for the threshold,
     # other than the stall +last+ already reported.
     # @param last [Integer, nil] the #state of the stall reported last

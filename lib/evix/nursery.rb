@@ -184,7 +184,7 @@ module Evix
     # queued or posted callback) and no signal block, and nothing outside it
     # may end one either.
     def deadlocked?(alive)
-      !alive && @loop.waiters.positive? && !@loop.__send__(:handles_signals?) && !@woken_from_outside&.call
+      !alive && @loop.waiters.positive? && !@loop.handles_signals? && !@woken_from_outside&.call
     end
 
     def deadlock_error

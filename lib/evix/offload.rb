@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
-# Offload, all of it: blocking work run on a pool of threads while the fiber
-# that asked for it waits without blocking its loop. Evix.offload (under
-# Evix.run) and Evix::Loop#offload (in any fiber a loop runs), the
-# process-wide pool they share (Evix.offload_pool), and the pool
-# (Evix::Offload).
+# Blocking work run on a pool of threads while the fiber that asked for it
+# waits without blocking its loop: Evix.offload (under Evix.run), the pool
+# (Evix::Offload) and the process-wide one Evix.offload and
+# Evix::Loop#offload share (Evix.offload_pool).
 module Evix
   # Runs the block on the offload pool from a fiber of the current
   # Evix::Scheduler and returns its value (see Evix::Loop#offload).
@@ -17,40 +16,6 @@ module Evix
     raise Error, "Evix.offload must be called inside Evix.run" unless scheduler.is_a?(Scheduler)
 
     scheduler.loop.offload(&)
-  end
-
-  # Loop#offload.
-  class Loop
-    # Runs the block on the offload pool and returns its value to the calling
-    # task (or fiber of an Evix::Scheduler) without blocking the loop; the
-    # block's exception is raised in the caller. While the job is out the
-    # loop stays alive: #run does not return for want of anything to do.
-    # @yieldreturn [Object] what the call returns
-    # @return [Object] the block's value
-    # @raise [ArgumentError] without a block
-    # @raise [Evix::Error] outside a fiber the loop runs
-    # @raise [Exception] the block's exception
-    def offload(&block)
-      raise ArgumentError, "offload requires a block" unless block
-      raise Error, "Evix::Loop#offload must be called from a fiber the loop runs" if Fiber.current.blocking?
-
-      outcome = nil
-      token = nil
-      # A hold (native: a count the loop's alive check includes) keeps #run
-      # going while the job is out, with nothing else to do.
-      hold
-      held = true
-      Evix.offload_pool.submit(self, block) do |value, error|
-        outcome = [value, error]
-        resume(token) if token
-      end
-      suspend { |t| token = t } until outcome
-      raise outcome[1] if outcome[1]
-
-      outcome[0]
-    ensure
-      release_hold if held
-    end
   end
 
   # A bounded pool of threads for blocking work. Jobs run on a pool thread;

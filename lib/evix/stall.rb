@@ -40,12 +40,34 @@ module Evix
   end
 
   class TaskInfo
+    # The events of Loop#wait_of's bits.
+    WAIT_EVENTS = { READ => :read, WRITE => :write, (READ | WRITE) => :read_write }.freeze
+    private_constant :WAIT_EVENTS
+
     # What a parked task waits on. +kind+ is :io (+fd+ ready for +events+:
     # :read, :write or :read_write), :timer (a timeout and nothing else: a
     # sleep, or a wait for another fiber that has a timeout) or :suspend (for
     # another fiber to resume it: a Queue, Task#wait, a Condition...).
     # +timeout+ is the seconds left before the wait times out, or nil.
     Wait = Struct.new(:kind, :fd, :events, :timeout, keyword_init: true) do
+      # What +fiber+ waits on in +loop+ (Loop#tasks).
+      # @api private
+      # @param loop [Evix::Loop]
+      # @param fiber [Fiber, nil] nil for a task that has not started
+      # @return [Wait, nil] nil unless +fiber+ is parked on +loop+
+      def self.of(loop, fiber)
+        wait = fiber && loop.wait_of(fiber)
+        return nil unless wait
+
+        fd, bits, left = wait
+        kind = if fd
+                 :io
+               else
+                 left ? :timer : :suspend
+               end
+        new(kind: kind, fd: fd, events: WAIT_EVENTS[bits], timeout: left)
+      end
+
       # @return [String] e.g. "fd 9 (read)", "a timer (4.95s left)"
       def to_s
         left = timeout && "#{format("%.2f", timeout)}s left"
@@ -68,13 +90,13 @@ module Evix
     # @return [Numeric] the threshold, in milliseconds
     attr_reader :threshold
 
-    # Loop#on_stall makes it.
+    # Loop#on_stall makes it, on the loop's thread.
     # @api private
-    # @param probe [Evix::StallProbe] the loop's pulse
+    # @param loop [Evix::Loop] the loop to watch (kept only through its
+    #   Evix::StallProbe, which holds its pulse, not the loop)
     # @param threshold [Numeric] milliseconds
-    # @param loop_thread [Thread] the thread that runs the loop
-    def initialize(probe, threshold, loop_thread, &block)
-      @probe = probe
+    def initialize(loop, threshold, &block)
+      probe = @probe = StallProbe.new(loop, threshold / 1000.0)
       @threshold = threshold
       @block = block
       @cancelled = false
@@ -83,7 +105,7 @@ module Evix
       # be collected (its probe then ends the thread).
       watches = ObjectSpace::WeakMap.new
       watches[probe] = self
-      @thread = StallWatch.start(probe, watches, loop_thread)
+      @thread = StallWatch.start(probe, watches, Thread.current)
       # Until it waits in the probe: a new thread first needs the GVL, which
       # a loop stalled from the start would keep from it.
       Thread.pass until @thread.stop?
@@ -145,116 +167,5 @@ module Evix
       end
     end
     private_class_method :watch
-  end
-
-  # Loop#on_stall, #tasks and #print_tasks.
-  class Loop
-    # The largest threshold #on_stall takes, in milliseconds (a day).
-    MAX_STALL_MS = 86_400_000
-    # The smallest, in milliseconds: a nanosecond, the watchdog's resolution.
-    MIN_STALL_MS = 1e-6
-
-    # The events of Loop#wait_of's bits.
-    WAIT_EVENTS = { READ => :read, WRITE => :write, (READ | WRITE) => :read_write }.freeze
-    private_constant :WAIT_EVENTS
-
-    # Calls the block with an Evix::StallReport whenever one callback or
-    # fiber holds the loop longer than +milliseconds+: which task, and the
-    # loop thread's backtrace at that moment, once per stall. A watchdog
-    # thread does the watching (see Evix::StallWatch): the block runs on
-    # that thread, so it must be thread-safe and short. One watchdog per
-    # loop: a new call replaces the previous one; nil stops it. It also
-    # stops when the loop is closed or collected, and does not keep the
-    # process alive.
-    # @param milliseconds [Numeric, nil] the threshold (a nanosecond <= ms <= a day)
-    # @return [Evix::StallWatch, nil] the watchdog (nil for nil)
-    # @raise [ArgumentError] for a bad threshold or a missing block
-    def on_stall(milliseconds, &block)
-      ensure_usable!
-      unless milliseconds.nil? || Loop.stall_ms?(milliseconds)
-        raise ArgumentError, "on_stall takes a positive number of milliseconds, at most #{MAX_STALL_MS} " \
-                             "and at least #{MIN_STALL_MS} (a nanosecond) " \
-                             "(got #{milliseconds.inspect})"
-      end
-      raise ArgumentError, "on_stall requires a block" if milliseconds && !block
-
-      @stall_watch&.cancel
-      @stall_watch = milliseconds && StallWatch.new(stall_probe(milliseconds / 1000.0), milliseconds,
-                                                    Thread.current, &block)
-    end
-
-    # #on_stall with the threshold in ENV["EVIX_STALL_MS"] (unset or empty:
-    # nothing), reporting on $stderr. Evix.run and `exe/evix` call it.
-    # @return [Evix::StallWatch, nil]
-    # @raise [ArgumentError] if EVIX_STALL_MS is not a valid threshold
-    def on_stall_from_env
-      milliseconds = Loop.stall_ms_from_env
-      milliseconds && on_stall(milliseconds) { |report| warn(report.to_s) }
-    end
-
-    # The threshold in ENV["EVIX_STALL_MS"], in milliseconds; nil when it is
-    # unset or empty.
-    # @return [Float, nil]
-    # @raise [ArgumentError] if it is not a valid threshold
-    def self.stall_ms_from_env
-      value = ENV.fetch("EVIX_STALL_MS", "").strip
-      return nil if value.empty?
-
-      milliseconds = Float(value, exception: false)
-      return milliseconds if milliseconds && stall_ms?(milliseconds)
-
-      raise ArgumentError, "EVIX_STALL_MS must be a positive number of milliseconds, at most #{MAX_STALL_MS} " \
-                           "and at least #{MIN_STALL_MS} (a nanosecond) " \
-                           "(got #{value.inspect})"
-    end
-
-    # The loop's live tasks (spawned, or scheduled by an Evix::Scheduler, and
-    # not finished), oldest first. Found by a walk of the Ruby heap, so that
-    # spawning a task costs no bookkeeping: a diagnostic, not for every request.
-    # @return [Array<Evix::TaskInfo>]
-    def tasks
-      ensure_usable!
-      live = ObjectSpace.each_object(Task).filter_map do |task|
-        [task, task.age] if task.loop.equal?(self) && task.alive?
-      end
-      live.sort_by { |_task, age| -age }.map do |task, age|
-        TaskInfo.new(task: task, state: task.state, waiting: waiting_of(task), age: age)
-      end
-    end
-
-    # Writes #tasks to +io+, a line each under a count (what `exe/evix`
-    # servers print on SIGQUIT).
-    # @param io [#write]
-    # @return [nil]
-    def print_tasks(io = $stderr)
-      list = tasks
-      header = "evix: #{list.size} live task#{"s" unless list.size == 1} (pid #{Process.pid})"
-      io.write([header, *list.map { |info| "  #{info}" }].join("\n") << "\n")
-      nil
-    end
-
-    # Whether +milliseconds+ is a threshold #on_stall takes.
-    # @api private
-    # @return [Boolean]
-    def self.stall_ms?(milliseconds)
-      milliseconds.is_a?(Numeric) && milliseconds.real? && milliseconds >= MIN_STALL_MS && milliseconds <= MAX_STALL_MS
-    end
-
-    private
-
-    def waiting_of(task)
-      fiber = task.fiber # nil until the task starts
-      wait = fiber && wait_of(fiber)
-      return nil unless wait
-
-      fd, bits, left = wait
-
-      kind = if fd
-               :io
-             else
-               left ? :timer : :suspend
-             end
-      TaskInfo::Wait.new(kind: kind, fd: fd, events: WAIT_EVENTS[bits], timeout: left)
-    end
   end
 end

@@ -20,6 +20,18 @@ RSpec.describe Evix::Loop do
     end
   end
 
+  describe "its Ruby half" do
+    # One owner per class: no other file reopens Evix::Loop to add to it.
+    it "is defined in one Ruby file, loop.rb" do
+      paths = [Evix::Loop, Evix::Loop.singleton_class].flat_map do |klass|
+        (klass.instance_methods(false) + klass.private_instance_methods(false)).filter_map do |name|
+          klass.instance_method(name).source_location&.first
+        end
+      end
+      expect(paths.map { |path| File.basename(path) }.uniq).to eq(["loop.rb"])
+    end
+  end
+
   # The kernel is what can count the loop's backend waits: a child under strace.
   describe "waiting in epoll", if: RUBY_PLATFORM.include?("linux") && system("command -v strace >/dev/null") do
     def epoll_waits(script)

@@ -207,31 +207,37 @@ RSpec.describe Evix::Offload do
       gate << :late # the abandoned job ends; its result goes nowhere
     end
 
-    it "holds the loop by a count (private #hold, #release_hold): #run returns once every hold is released",
-       timing: true do
+    it "holds the loop by Evix::Hold tokens: #run returns once every hold is released", timing: true do
       result = in_child do
         evloop = Evix::Loop.new
         idle = evloop.alive?
-        2.times { evloop.send(:hold) }
-        first = evloop.send(:release_hold)
+        first, second = Array.new(2) { Evix::Hold.new(evloop) }
+        released = first.release
         Thread.new do
           sleep 0.1
-          evloop.post { evloop.send(:release_hold) }
+          evloop.post { second.release }
         end
         took = elapsed { evloop.run }
-        [idle, first, took, evloop.alive?, evloop.send(:release_hold)]
+        [idle, released, took, evloop.alive?, first.release, second.release]
       end
-      idle, first, took, alive, extra = result
-      expect([idle, first]).to eq([false, true])
-      expect(took).to be_between(0.09, 2) # held until the other thread's post released it
-      expect([alive, extra]).to eq([false, false]) # nothing held after: a release too many is refused
+      idle, released, took, alive, *again = result
+      expect([idle, released]).to eq([false, true])
+      expect(took).to be_between(0.09, 2) # held until the other thread's post released the second
+      expect([alive, again]).to eq([false, [false, false]]) # nothing held after; a token releases once
     end
 
     it "lets go of a hold quietly on a closed loop (an offload's ensure may run after Loop#close)" do
       evloop = new_loop
-      evloop.send(:hold)
+      hold = Evix::Hold.new(evloop)
       evloop.close
-      expect(evloop.send(:release_hold)).to be(false)
+      expect(hold.release).to be(false)
+    end
+
+    it "refuses a hold on a closed loop, or on something that is not a loop" do
+      evloop = new_loop
+      evloop.close
+      expect { Evix::Hold.new(evloop) }.to raise_error(Evix::ClosedError)
+      expect { Evix::Hold.new(:loop) }.to raise_error(TypeError, /Evix::Loop/)
     end
 
     it "raises Evix::Error when called outside a fiber the loop runs" do

@@ -263,6 +263,21 @@ RSpec.describe "Seeing a stalled loop: Evix::Loop#on_stall and #tasks" do
     ensure
       ev&.close
     end
+    it "watches through an Evix::StallProbe, which checks its loop and threshold" do
+      ev = Evix::Loop.new
+      expect { Evix::StallProbe.new(:loop, 0.1) }.to raise_error(TypeError, /Evix::Loop/)
+      [0, -1].each do |bad|
+        expect { Evix::StallProbe.new(ev, bad) }.to raise_error(ArgumentError, /threshold/), bad.inspect
+      end
+      probe = Evix::StallProbe.new(ev, 0.05)
+      expect(probe.state).to be_a(Integer)
+      probe.stop
+      expect(probe.wait(nil)).to be_nil # stopped: no stall is waited for
+      ev.close
+      expect { Evix::StallProbe.new(ev, 0.1) }.to raise_error(Evix::ClosedError)
+    ensure
+      ev&.close
+    end
   end
 
   describe "#tasks" do

@@ -1,8 +1,8 @@
 //! `Evix::Loop`: the Rust loop core as a Ruby object.
 
-use super::helpers::callback::{owner_of, required_block, Callback, RubyDriver, Switch};
+use super::driver::{owner_of, Callback, RubyDriver, Switch};
+use super::handle::Owner;
 use super::helpers::{args, capi, errors};
-use super::stall_probe::RbStallProbe;
 use super::timer::RbTimer;
 use super::watcher::RbWatcher;
 use crate::core::{Driver, FdOwner, Fire, Loop, Parked, RunError, RunMode, WaitKey};
@@ -10,9 +10,9 @@ use crate::sys::Interest;
 use crate::sys::{fork, BackendKind};
 use magnus::rb_sys::AsRawValue;
 use magnus::{
-    function, gc::Marker, method, prelude::*, scan_args, typed_data::Obj, value::LazyId,
-    value::Opaque, DataTypeFunctions, Error, Fiber, IntoValue, RFile, RHash, RModule, Ruby, Symbol,
-    TryConvert, TypedData, Value,
+    block::Proc, function, gc::Marker, method, prelude::*, scan_args, typed_data::Obj,
+    value::LazyId, value::Opaque, DataTypeFunctions, Error, Fiber, IntoValue, RFile, RHash,
+    RModule, Ruby, Symbol, TryConvert, TypedData, Value,
 };
 use std::cell::Cell;
 use std::io;
@@ -162,23 +162,9 @@ impl RbLoop {
         Ok(Self::this(ruby, &rb_self)?.usable(ruby)?.stats().waiters)
     }
 
-    /// `stall_probe(seconds)`, private: what a stall watchdog thread watches
-    /// (see lib/evix/stall.rb).
-    fn stall_probe(ruby: &Ruby, rb_self: &Self, seconds: Value) -> Result<RbStallProbe, Error> {
-        let core = rb_self.usable(ruby)?;
-        let threshold = args::seconds(ruby, seconds, "threshold")?;
-        if threshold.is_zero() {
-            return Err(errors::argument(
-                ruby,
-                "threshold must be a positive number of seconds (got 0)".into(),
-            ));
-        }
-        Ok(RbStallProbe::new(core.pulse().clone(), threshold))
-    }
-
-    /// `wait_of(fiber)`, private: what `fiber` is parked on, as `[fd, event
-    /// bits, seconds left]` (each nil when the wait has none), or nil if it
-    /// is not parked on this loop.
+    /// `wait_of(fiber)`: what `fiber` is parked on, as `[fd, event bits,
+    /// seconds left]` (each nil when the wait has none), or nil if it is not
+    /// parked on this loop.
     fn wait_of(ruby: &Ruby, rb_self: &Self, fiber: Fiber) -> Result<Option<Value>, Error> {
         let core = rb_self.usable(ruby)?;
         let Some(wait) = errors::guard(ruby, || Ok(core.wait_of(owner_of(fiber))))? else {
@@ -203,7 +189,7 @@ impl RbLoop {
         ))
     }
 
-    /// `reserve_fd(io)`, private: marks the signal pipe's read end as the loop's own.
+    /// `reserve_fd(io)`: marks the signal pipe's read end as the loop's own.
     fn reserve_fd(ruby: &Ruby, rb_self: &Self, target: Value) -> Result<(), Error> {
         let (fd, _) = descriptor(ruby, target)?;
         rb_self.reserved.set(fd);
@@ -748,22 +734,6 @@ impl RbLoop {
         Ok(Self::this(ruby, &rb_self)?.usable(ruby)?.alive())
     }
 
-    /// `hold`, private: keeps `run` going, as a referenced timer would, until
-    /// the matching `release_hold` (Loop#offload while its job is out).
-    fn hold(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
-        rb_self.usable(ruby)?.hold();
-        Ok(())
-    }
-
-    /// `release_hold`, private: ends one `hold`; false if none was held.
-    /// Quiet on a closed loop, which holds nothing (it is called from ensure).
-    fn release_hold(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
-        if rb_self.core.is_closed() {
-            return Ok(false);
-        }
-        Ok(rb_self.usable(ruby)?.release_hold())
-    }
-
     fn stop(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
         rb_self.usable(ruby)?.stop();
         Ok(())
@@ -811,6 +781,24 @@ impl RbLoop {
         hash.aset(ruby.to_symbol("rebuilds"), stats.rebuilds)?;
         Ok(hash)
     }
+}
+
+impl Owner for RbLoop {
+    fn usable(&self, ruby: &Ruby) -> Result<&Loop<Callback>, Error> {
+        RbLoop::usable(self, ruby)
+    }
+
+    fn usable_if_open(&self, ruby: &Ruby) -> Result<Option<&Loop<Callback>>, Error> {
+        RbLoop::usable_if_open(self, ruby)
+    }
+}
+
+/// The block given to the current method, or ArgumentError naming `method`.
+fn required_block(ruby: &Ruby, method: &str) -> Result<Proc, Error> {
+    if !ruby.block_given() {
+        return Err(errors::argument(ruby, format!("{method} requires a block")));
+    }
+    ruby.block_proc()
 }
 
 fn backend_kind(ruby: &Ruby, requested: Option<Value>) -> Result<BackendKind, Error> {
@@ -928,22 +916,20 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("interrupt", method!(RbLoop::interrupt, 2))?;
     class.define_method("start", method!(RbLoop::start, 1))?;
     class.define_singleton_method("io_closing", function!(RbLoop::io_closing, 1))?;
-    class.define_private_method("reserve_fd", method!(RbLoop::reserve_fd, 1))?;
     class.define_private_method("disown", method!(RbLoop::disown, 0))?;
-    class.define_private_method("stall_probe", method!(RbLoop::stall_probe, 1))?;
-    class.define_private_method("wait_of", method!(RbLoop::wait_of, 1))?;
+    // Public, @api private: lib/evix/loop.rb needs them; Ruby calls no private native method.
+    class.define_method("reserve_fd", method!(RbLoop::reserve_fd, 1))?;
+    class.define_method("wait_of", method!(RbLoop::wait_of, 1))?;
+    class.define_method("ensure_usable!", method!(RbLoop::ensure_usable, 0))?;
     class.define_method("waiters", method!(RbLoop::waiters, 0))?;
     class.define_method("post", method!(RbLoop::post, 0))?;
     class.define_method("wakeup", method!(RbLoop::wakeup, 0))?;
     class.define_method("run", method!(RbLoop::run, -1))?;
     class.define_method("run_once", method!(RbLoop::run_once, -1))?;
     class.define_method("alive?", method!(RbLoop::alive, 0))?;
-    class.define_private_method("hold", method!(RbLoop::hold, 0))?;
-    class.define_private_method("release_hold", method!(RbLoop::release_hold, 0))?;
     class.define_method("stop", method!(RbLoop::stop, 0))?;
     class.define_method("close", method!(RbLoop::close, 0))?;
     class.define_method("closed?", method!(RbLoop::is_closed, 0))?;
-    class.define_private_method("ensure_usable!", method!(RbLoop::ensure_usable, 0))?;
     class.define_method("backend", method!(RbLoop::backend, 0))?;
     class.define_method("stats", method!(RbLoop::stats, 0))?;
     Ok(())

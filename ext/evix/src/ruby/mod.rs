@@ -1,8 +1,12 @@
-//! The Ruby binding: one file per class, each with its own `init`, and
-//! what they share in `helpers/`.
+//! The Ruby binding: one file per class, each with its own `init`; the
+//! driver and the Timer/Watcher handle they build on (`driver.rs`,
+//! `handle.rs`); and leaf helpers in `helpers/`.
 
+mod driver;
 mod event_loop;
+mod handle;
 mod helpers;
+mod hold;
 mod http_chunked;
 mod http_parser;
 mod io;
@@ -27,6 +31,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     watcher::init(ruby, evix)?;
     scheduler::init(ruby, evix)?;
     stall_probe::init(ruby, evix)?;
+    hold::init(ruby, evix)?;
     io::init(ruby, evix)?;
     let http = evix.define_module("HTTP")?;
     http_parser::init(ruby, http)?;
@@ -41,6 +46,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     watcher::RbWatcher::class(ruby);
     scheduler::RbScheduler::class(ruby);
     stall_probe::RbStallProbe::class(ruby);
+    hold::RbHold::class(ruby);
     http_parser::RbParser::class(ruby);
     http_chunked::RbChunkedDecoder::class(ruby);
     Ok(())

@@ -14,10 +14,10 @@
 //! A write never does: Ruby calls the hook to flush its own write buffer
 //! too, and a Ruby method on the IO would flush that same buffer again.
 
+use super::driver::owner_of;
 use super::event_loop::RbLoop;
 use super::helpers::{
     args,
-    callback::owner_of,
     capi::{self, Direct},
     errors, nogvl,
 };

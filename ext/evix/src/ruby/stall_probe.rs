@@ -3,10 +3,14 @@
 //! does not keep the loop alive; and it waits without the GVL, so a loop
 //! that is not stalled never waits for the watchdog.
 
-use super::helpers::{errors, nogvl};
+use super::event_loop::RbLoop;
+use super::helpers::{args, errors, nogvl};
 use crate::core::Pulse;
 use crate::sys::fork;
-use magnus::{method, prelude::*, DataTypeFunctions, Error, RModule, Ruby, TypedData};
+use magnus::{
+    function, method, prelude::*, typed_data::Obj, DataTypeFunctions, Error, RModule, Ruby,
+    TypedData, Value,
+};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,14 +36,24 @@ struct Bell {
 }
 
 impl RbStallProbe {
-    pub fn new(pulse: Arc<Pulse>, threshold: Duration) -> Self {
-        RbStallProbe {
-            pulse,
+    /// `StallProbe.new(loop, seconds)`: a probe of `loop`'s pulse that finds
+    /// stalls of `seconds` or longer.
+    fn new(ruby: &Ruby, owner: Obj<RbLoop>, seconds: Value) -> Result<Self, Error> {
+        let core = owner.usable(ruby)?;
+        let threshold = args::seconds(ruby, seconds, "threshold")?;
+        if threshold.is_zero() {
+            return Err(errors::argument(
+                ruby,
+                "threshold must be a positive number of seconds (got 0)".into(),
+            ));
+        }
+        Ok(RbStallProbe {
+            pulse: core.pulse().clone(),
             threshold,
             fork_generation: fork::generation(),
             bell: Mutex::default(),
             rung: Condvar::new(),
-        }
+        })
     }
 
     fn bell(&self) -> MutexGuard<'_, Bell> {
@@ -114,6 +128,7 @@ impl RbStallProbe {
 pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     let class = evix.define_class("StallProbe", ruby.class_object())?;
     class.undef_default_alloc_func();
+    class.define_singleton_method("new", function!(RbStallProbe::new, 2))?;
     class.define_method("wait", method!(RbStallProbe::wait, 1))?;
     class.define_method("state", method!(RbStallProbe::state, 0))?;
     class.define_method("stop", method!(RbStallProbe::stop, 0))?;

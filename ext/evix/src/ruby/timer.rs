@@ -1,11 +1,9 @@
 //! `Evix::Timer`: the handle `Evix::Loop#add_timer` returns.
 
+use super::driver::Callback;
 use super::event_loop::RbLoop;
-use super::helpers::{
-    args,
-    callback::Callback,
-    handle::{define_handle_methods, Handle, HandleClass},
-};
+use super::handle::{define_handle_methods, Handle, HandleClass};
+use super::helpers::args;
 use crate::core::TimerKey;
 use magnus::{
     block::Proc, gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions,
@@ -17,7 +15,7 @@ use std::time::Duration;
 #[derive(TypedData)]
 #[magnus(class = "Evix::Timer", free_immediately, size, mark, wb_protected)]
 pub struct RbTimer {
-    handle: Handle<TimerKey>,
+    handle: Handle<TimerKey, RbLoop>,
     block: Opaque<Proc>,
     delay: Cell<Duration>,
     interval: Option<Duration>,
@@ -32,8 +30,9 @@ impl DataTypeFunctions for RbTimer {
 
 impl HandleClass for RbTimer {
     type Key = TimerKey;
+    type Loop = RbLoop;
 
-    fn handle(&self) -> &Handle<TimerKey> {
+    fn handle(&self) -> &Handle<TimerKey, RbLoop> {
         &self.handle
     }
 }

@@ -1,7 +1,7 @@
 //! `Evix::Watcher`: the handle `Evix::Loop#add_io` returns.
 
 use super::event_loop::RbLoop;
-use super::helpers::handle::{define_handle_methods, Handle, HandleClass};
+use super::handle::{define_handle_methods, Handle, HandleClass};
 use crate::core::WatcherKey;
 use magnus::{
     gc::Marker, method, prelude::*, typed_data::Obj, DataTypeFunctions, Error, RModule, Ruby,
@@ -11,7 +11,7 @@ use magnus::{
 #[derive(TypedData)]
 #[magnus(class = "Evix::Watcher", free_immediately, size, mark, wb_protected)]
 pub struct RbWatcher {
-    handle: Handle<WatcherKey>,
+    handle: Handle<WatcherKey, RbLoop>,
     events: i64,
 }
 
@@ -23,8 +23,9 @@ impl DataTypeFunctions for RbWatcher {
 
 impl HandleClass for RbWatcher {
     type Key = WatcherKey;
+    type Loop = RbLoop;
 
-    fn handle(&self) -> &Handle<WatcherKey> {
+    fn handle(&self) -> &Handle<WatcherKey, RbLoop> {
         &self.handle
     }
 }

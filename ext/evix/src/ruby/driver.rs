@@ -1,8 +1,8 @@
-//! What the core stores for Ruby: a block (or a fiber to resume) plus an
-//! object to keep alive with it (a watcher's IO), and the driver that calls
-//! them for the core.
+//! The binding's side of the core: what the core stores for Ruby (a block,
+//! or a fiber to resume, plus an object to keep alive with it) and the
+//! `RubyDriver` that calls them on the loop thread and blocks without the GVL.
 
-use super::{capi, errors, nogvl};
+use super::helpers::{capi, errors, nogvl};
 use crate::core::{Driver, Fire, Loop, LoopWaker};
 use magnus::{
     block::Proc,
@@ -271,7 +271,7 @@ pub fn owner_of(fiber: Fiber) -> u64 {
 }
 
 /// Switches to a parked fiber with `value`; returns when control comes back.
-pub fn switch_to(fiber: Fiber, switch: Switch, value: Value) -> Result<(), Error> {
+fn switch_to(fiber: Fiber, switch: Switch, value: Value) -> Result<(), Error> {
     match switch {
         Switch::Transfer => fiber.transfer::<_, Value>((value,)).map(drop),
         Switch::Resume => fiber.resume::<_, Value>((value,)).map(drop),
@@ -280,16 +280,8 @@ pub fn switch_to(fiber: Fiber, switch: Switch, value: Value) -> Result<(), Error
 
 /// Raises `exception` in a parked fiber (Fiber#raise transfers to a fiber
 /// that suspended by transfer, and resumes one that yielded).
-pub fn raise_in(ruby: &Ruby, fiber: Fiber, exception: Value) -> Result<(), Error> {
+fn raise_in(ruby: &Ruby, fiber: Fiber, exception: Value) -> Result<(), Error> {
     let exception = magnus::Exception::from_value(exception)
         .ok_or_else(|| errors::type_error(ruby, "exception expected".into()))?;
     fiber.raise::<Value>(exception).map(drop)
-}
-
-/// The block given to the current method, or ArgumentError naming `method`.
-pub fn required_block(ruby: &Ruby, method: &str) -> Result<Proc, Error> {
-    if !ruby.block_given() {
-        return Err(errors::argument(ruby, format!("{method} requires a block")));
-    }
-    ruby.block_proc()
 }

@@ -4,11 +4,20 @@
 //! a [`HandleClass`], gets these methods from [`define_handle_methods!`],
 //! and adds its own (`again`, `events`).
 
-use super::callback::Callback;
+use super::driver::Callback;
 use crate::core::{Loop, TimerKey, WatcherKey};
-use crate::ruby::event_loop::RbLoop;
 use magnus::{gc::Marker, typed_data::Obj, value::Opaque, Error, Ruby, TypedData};
 use std::cell::Cell;
+
+/// The loop a handle belongs to (`RbLoop`), as a trait so that this file
+/// does not depend on the class file: the dependency runs one way.
+pub trait Owner: TypedData {
+    /// The core, after the checks every loop method makes (thread, fork, closed).
+    fn usable(&self, ruby: &Ruby) -> Result<&Loop<Callback>, Error>;
+
+    /// As `usable`, but `None` on a closed loop.
+    fn usable_if_open(&self, ruby: &Ruby) -> Result<Option<&Loop<Callback>>, Error>;
+}
 
 /// What a handle names in the core: a timer or a watcher.
 pub trait Entry: Copy {
@@ -45,15 +54,15 @@ impl Entry for WatcherKey {
     }
 }
 
-pub struct Handle<K> {
-    owner: Opaque<Obj<RbLoop>>,
+pub struct Handle<K, L: Owner> {
+    owner: Opaque<Obj<L>>,
     key: Cell<K>,
     /// What `ref`/`unref` asked last (kept for a timer `again` re-adds).
     referenced: Cell<bool>,
 }
 
-impl<K: Entry> Handle<K> {
-    pub fn new(owner: Obj<RbLoop>, key: K) -> Self {
+impl<K: Entry, L: Owner> Handle<K, L> {
+    pub fn new(owner: Obj<L>, key: K) -> Self {
         Handle {
             owner: owner.into(),
             key: Cell::new(key),
@@ -66,7 +75,7 @@ impl<K: Entry> Handle<K> {
         marker.mark(self.owner);
     }
 
-    pub fn owner(&self, ruby: &Ruby) -> Obj<RbLoop> {
+    pub fn owner(&self, ruby: &Ruby) -> Obj<L> {
         ruby.get_inner(self.owner)
     }
 
@@ -112,8 +121,9 @@ impl<K: Entry> Handle<K> {
 /// [`define_handle_methods!`] defines them.
 pub trait HandleClass: TypedData + Sized {
     type Key: Entry;
+    type Loop: Owner;
 
-    fn handle(&self) -> &Handle<Self::Key>;
+    fn handle(&self) -> &Handle<Self::Key, Self::Loop>;
 
     fn cancel(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
         rb_self.handle().cancel(ruby)
@@ -144,7 +154,7 @@ pub trait HandleClass: TypedData + Sized {
 macro_rules! define_handle_methods {
     ($class:expr, $type:ty) => {{
         use magnus::method;
-        use $crate::ruby::helpers::handle::HandleClass;
+        use $crate::ruby::handle::HandleClass;
         $class.define_method("cancel", method!(<$type as HandleClass>::cancel, 0))?;
         $class.define_method("active?", method!(<$type as HandleClass>::is_active, 0))?;
         $class.define_method("ref", method!(<$type as HandleClass>::reference, 0))?;
