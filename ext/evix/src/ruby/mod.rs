@@ -1,6 +1,7 @@
 //! The Ruby binding: one file per class, each with its own `init`, and
 //! what they share in `helpers/`.
 
+mod arguments;
 mod event_loop;
 mod helpers;
 mod http_chunked;
@@ -22,6 +23,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     evix.const_set("WRITE", args::WRITE)?;
     evix.const_set("ONESHOT", args::ONESHOT)?;
     evix.define_module_function("backends", function!(backends, 0))?;
+    arguments::init(ruby, evix)?;
     event_loop::init(ruby, evix)?;
     timer::init(ruby, evix)?;
     watcher::init(ruby, evix)?;
