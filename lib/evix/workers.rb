@@ -168,7 +168,7 @@ module Evix
     end
 
     def reap
-      @workers.values.each do |worker| # rubocop:disable Style/HashEachMethods -- #exited deletes
+      @workers.dup.each_value do |worker| # a copy: #exited deletes
         _, status = Process.wait2(worker.pid, Process::WNOHANG)
         exited(worker, status) if status
       rescue Errno::ECHILD # reaped by someone else: gone all the same
