@@ -34,6 +34,7 @@ begin
 rescue LoadError
   require "evix/evix"
 end
+require_relative "evix/arguments"
 require_relative "evix/backtrace"
 require_relative "evix/task"
 require_relative "evix/nursery"
@@ -47,6 +48,8 @@ require_relative "evix/signals"
 require_relative "evix/loop"
 require_relative "evix/stall"
 require_relative "evix/io_patches"
+require_relative "evix/net/address"
+require_relative "evix/net/listener"
 require_relative "evix/tcp_server"
 require_relative "evix/tcp_client"
 require_relative "evix/unix_server"

@@ -6,7 +6,7 @@
 # rendered for RDoc and ri (`rake doc:ri`, rakelib/ri_doc.rb: the YARD tags become
 # RDoc lists). Each signature takes the arguments the native method accepts;
 # `rake doc:native` checks them against the compiled extension.
-# Evix, Scheduler and IO are reopened without a comment: theirs are in lib/.
+# Evix, Arguments, Scheduler and IO are reopened without a comment: theirs are in lib/.
 # rubocop:disable Style/Documentation
 
 module Evix
@@ -21,6 +21,19 @@ module Evix
   # Linux; :kqueue then :poll on the BSDs and macOS).
   # @return [Array<Symbol>]
   def self.backends; end
+
+  module Arguments
+    # +value+ as given, if it is a number of seconds the loop can wait: a
+    # real Numeric, finite, not negative and under 2**64 (what the loop's
+    # own durations take). The error names the argument and shows the value.
+    # @api private
+    # @param value [Object] what the caller passed
+    # @param name [String] the argument's name, for the error message
+    # @return [Numeric] +value+
+    # @raise [TypeError] not a Numeric
+    # @raise [ArgumentError] not real, not finite, negative or too large
+    def self.seconds(value, name); end
+  end
 
   # An event loop with a Rust core: immediates, timers, IO watchers, deferred
   # callbacks and cross-thread wakeups, run as libuv's uv_run does, in named

@@ -34,12 +34,7 @@ module Evix
       raise ArgumentError, "Evix::Barrier#async requires a block" unless block
 
       loop = WaitList.current_loop("Evix::Barrier#async must be called inside #{WaitList::TASKS}")
-      scheduler = Fiber.scheduler
-      task = if scheduler.is_a?(Scheduler) && scheduler.loop.equal?(loop)
-               scheduler.spawn(on_finish: method(:finished), &block) # Evix.run waits for it
-             else
-               Task.new(loop, on_finish: method(:finished), &block)
-             end
+      task = spawn_child(loop, Fiber.scheduler, &block)
       @tasks[task] = true if task.alive?
       task
     end
@@ -63,11 +58,21 @@ module Evix
     # Cancels every running child (see Evix::Task#cancel); does not wait.
     # @return [nil]
     def cancel
-      @tasks.keys.each(&:cancel) # rubocop:disable Style/HashEachMethods -- a copy: a cancelled child leaves @tasks
+      @tasks.dup.each_key(&:cancel) # a copy: a cancelled child leaves @tasks
       nil
     end
 
     private
+
+    # A fiber scheduler that spawns tasks on this loop (Evix::Scheduler
+    # under Evix.run) takes the child, so that its run waits for it.
+    def spawn_child(loop, scheduler, &)
+      if scheduler.respond_to?(:spawn) && scheduler.respond_to?(:loop) && scheduler.loop.equal?(loop)
+        scheduler.spawn(on_finish: method(:finished), &)
+      else
+        Task.new(loop, on_finish: method(:finished), &)
+      end
+    end
 
     # A child ended: forget it; the first failure cancels the others.
     # True for a failure: the barrier reports it, the loop does not.

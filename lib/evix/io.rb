@@ -181,12 +181,12 @@ module Evix
     end
 
     # Raises unless +timeout+ is nil or a number of seconds the loop can
-    # wait (Server.seconds); the message shows the value as given. A
+    # wait (Arguments.seconds); the message shows the value as given. A
     # per-call timeout equal to the +default+ one was checked when that was
     # set. (#read and #write make that test inline: no method call without a
     # timeout.)
     def check_timeout(timeout, default = nil)
-      Server.seconds(timeout, "timeout") unless timeout.nil? || timeout == default
+      Arguments.seconds(timeout, "timeout") unless timeout.nil? || timeout == default
     end
   end
 end

@@ -29,7 +29,7 @@ module Evix
     # @raise [TypeError, ArgumentError] any other cancel_timeout
     def initialize(loop, cancel_timeout: 5, woken_from_outside: nil)
       @loop = loop
-      @cancel_timeout = Server.seconds(cancel_timeout, "cancel_timeout")
+      @cancel_timeout = Arguments.seconds(cancel_timeout, "cancel_timeout")
       @woken_from_outside = woken_from_outside
       @pid = Process.pid
       @tasks = {}.compare_by_identity # each task => the on_finish its spawner gave, or nil

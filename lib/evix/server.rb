@@ -14,8 +14,6 @@ module Evix
   class Server
     # Seconds to wait before accepting again after EMFILE/ENFILE.
     ACCEPT_BACKOFF = 0.05
-    # The loop waits less than this many seconds (2**64, its Duration).
-    MAX_SECONDS = 2.0**64
     # Errors that mean the peer went away: on_error gets them, the default
     # handler does not print them.
     PEER_GONE = [Errno::ECONNRESET, Errno::EPIPE].freeze
@@ -25,49 +23,6 @@ module Evix
 
     # @return [Addrinfo] the bound address
     attr_reader :local_address
-
-    # +value+ if it is a finite, non-negative number of seconds the loop can
-    # wait (less than MAX_SECONDS): the rule and wording of the loop's own
-    # timeouts, checked at the call rather than at the first wait.
-    # @api private
-    # @param value [Object] what the caller passed
-    # @param name [String] the argument's name, for the error message
-    # @return [Numeric]
-    # @raise [TypeError, ArgumentError] not such a number
-    def self.seconds(value, name)
-      raise TypeError, "#{name} must be a Numeric number of seconds (got #{value.inspect})" unless value.is_a?(Numeric)
-      unless value.real? && value.finite? && !value.negative?
-        raise ArgumentError, "#{name} must be a finite, non-negative number of seconds (got #{value.inspect})"
-      end
-      raise ArgumentError, "#{name} is too large (got #{value.inspect})" unless value.to_f < MAX_SECONDS
-
-      value
-    end
-
-    # +loop+ if it is an open Evix::Loop.
-    # @api private
-    # @param loop [Object] what the caller passed
-    # @return [Evix::Loop]
-    # @raise [TypeError] not a loop
-    # @raise [Evix::ClosedError] a closed one
-    def self.check_loop(loop)
-      raise TypeError, "loop must be an Evix::Loop (got #{loop.inspect})" unless loop.is_a?(Loop)
-      raise ClosedError, "loop is closed (#{loop.inspect})" if loop.closed?
-
-      loop
-    end
-
-    # +backlog+ if it is a positive Integer (listen(2)'s queue length).
-    # @api private
-    # @param backlog [Object] what the caller passed
-    # @return [Integer]
-    # @raise [TypeError, ArgumentError] not such a number
-    def self.check_backlog(backlog)
-      raise TypeError, "backlog must be an Integer (got #{backlog.inspect})" unless backlog.is_a?(Integer)
-      raise ArgumentError, "backlog must be positive (got #{backlog})" unless backlog.positive?
-
-      backlog
-    end
 
     # Checks the options, then listens (the subclass's #listen) and starts
     # accepting. Nothing is bound when an argument is wrong.
@@ -87,7 +42,7 @@ module Evix
     #   idle_timeout, a write_high_water that is not a positive Integer, or a
     #   max_connections that is not a positive Integer
     def initialize(loop, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER, max_connections: nil, &handler)
-      Server.check_loop(loop)
+      Arguments.open_loop(loop)
       raise ArgumentError, "#{self.class}.new requires a block" unless handler
       unless max_connections.nil? || (max_connections.is_a?(Integer) && max_connections.positive?)
         raise ArgumentError, "max_connections must be a positive Integer or nil (got #{max_connections.inspect})"
@@ -100,7 +55,7 @@ module Evix
       @write_high_water = IO.high_water(write_high_water)
       @loop = loop
       @handler = handler
-      @idle_timeout = idle_timeout && Server.seconds(idle_timeout, "idle_timeout")
+      @idle_timeout = idle_timeout && Arguments.seconds(idle_timeout, "idle_timeout")
       @clients = {} # Evix::IO => its Evix::Task
       @connections = 0
       @on_error = method(:report)
@@ -166,7 +121,7 @@ module Evix
     # @return [Integer] how many connections had to be forced
     # @raise [ArgumentError] for a negative or non-finite timeout
     def shutdown(timeout: 5)
-      timeout = Server.seconds(timeout, "timeout")
+      timeout = Arguments.seconds(timeout, "timeout")
       accept_all unless closed?
       close
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout

@@ -85,7 +85,7 @@ module Evix
       # As Thread#join raises for the current thread: it would wait for ever.
       raise Error, "a task cannot wait for itself (#{inspect})" if alive? && equal?(Task.current)
 
-      Server.seconds(timeout, "timeout") if timeout
+      Arguments.seconds(timeout, "timeout") if timeout
       if alive?
         current = Task.current
         current ? wait_in_fiber(current.loop, timeout) : drive_loop(timeout)

@@ -2,6 +2,7 @@
 
 require "socket"
 require "ipaddr"
+require_relative "net/address"
 
 module Evix
   # Outgoing TCP connections for tasks.
@@ -45,7 +46,7 @@ module Evix
     def connect(loop, host, port, timeout: nil, attempt_delay: ATTEMPT_DELAY,
                 ssl_context: nil, hostname: nil, verify: true, handshake_timeout: nil,
                 write_high_water: IO::WRITE_HIGH_WATER)
-      Server.check_loop(loop)
+      Arguments.open_loop(loop)
       IO.high_water(write_high_water)
       if ssl_context || hostname || handshake_timeout || verify != true
         raise ArgumentError, "hostname:, verify: and handshake_timeout: need an ssl_context:" unless ssl_context
@@ -63,12 +64,10 @@ module Evix
 
     # The TCP connection of #connect (TLS aside).
     def connect_tcp(loop, host, port, timeout, attempt_delay)
-      raise TypeError, "host must be a String (got #{host.inspect})" unless host.is_a?(String)
-      raise ArgumentError, "host must not be empty" if host.empty?
-
-      TCPServer.check_port(port)
-      timeout &&= Server.seconds(timeout, "timeout")
-      Server.seconds(attempt_delay, "attempt_delay")
+      Net::Address.check_peer_host(host)
+      Net::Address.check_port(port)
+      timeout &&= Arguments.seconds(timeout, "timeout")
+      Arguments.seconds(attempt_delay, "attempt_delay")
       raise Error, "Evix::TCPClient.connect must be called inside a task" unless Task.current
 
       deadline = timeout && (Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout)

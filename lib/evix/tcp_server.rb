@@ -2,6 +2,8 @@
 
 require "socket"
 require_relative "server"
+require_relative "net/address"
+require_relative "net/listener"
 
 module Evix
   # A TCP server running one task per connection (see Evix::Server for the
@@ -16,9 +18,6 @@ module Evix
   # "::" given explicitly is dual-stack too (as Linux makes it by default);
   # "0.0.0.0" is IPv4 only, "::1" and "127.0.0.1" loopback of one family.
   class TCPServer < Server
-    # Where +host+ nil listens, in order of preference.
-    EVERY_ADDRESS = ["::", "0.0.0.0"].freeze
-
     # @param loop [Evix::Loop]
     # @param host [String, nil, BasicSocket] address to bind ("127.0.0.1",
     #   "::1", "0.0.0.0", "::", a host name); nil: every address, IPv4 and
@@ -57,12 +56,12 @@ module Evix
         handler &&= @tls.with_handshake(handler)
       end
       if host.is_a?(::BasicSocket)
-        @adopted = TCPServer.check_listening(host, port)
+        @adopted = Net::Listener.check_listening(host, port)
       else
-        @host = TCPServer.check_host(host)
-        @port = TCPServer.check_port(port)
+        @host = Net::Address.check_host(host)
+        @port = Net::Address.check_port(port)
       end
-      @backlog = Server.check_backlog(backlog)
+      @backlog = Net::Listener.check_backlog(backlog)
       unless [true, false].include?(reuse_port)
         raise TypeError, "reuse_port must be true or false (got #{reuse_port.inspect})"
       end
@@ -77,79 +76,6 @@ module Evix
       @local_address.ip_port
     end
 
-    # @api private
-    # @param host [Object] TCPServer.new's +host+
-    # @return [String, nil] +host+, checked
-    def self.check_host(host)
-      raise TypeError, "host must be a String or nil (got #{host.inspect})" unless host.nil? || host.is_a?(String)
-      raise ArgumentError, "host must not be empty (nil listens on every address)" if host&.empty?
-
-      host
-    end
-
-    # @api private
-    # @param port [Object] TCPServer.new's +port+
-    # @return [Integer] +port+, checked
-    def self.check_port(port)
-      raise ArgumentError, "a port is needed (or a listening socket in place of the host)" if port.nil?
-      raise TypeError, "port must be an Integer (got #{port.inspect})" unless port.is_a?(Integer)
-      raise ArgumentError, "port must be between 0 and 65535 (got #{port})" unless port.between?(0, 65_535)
-
-      port
-    end
-
-    # @api private
-    # @param listener [BasicSocket] TCPServer.new's +host+
-    # @param port [Object] TCPServer.new's +port+
-    # @return [BasicSocket] +listener+, if it listens and no port came with it
-    def self.check_listening(listener, port)
-      raise ArgumentError, "pass no port with a listening socket (got #{port.inspect})" unless port.nil?
-      raise ArgumentError, "the socket given to Evix::TCPServer.new is not listening" unless
-        listener.getsockopt(:SOCKET, :ACCEPTCONN).bool
-
-      listener
-    end
-
-    # A listening socket on +host+ (nil: every address, see the class
-    # comment) and +port+, both already checked.
-    # @api private
-    # @param host [String, nil]
-    # @param port [Integer]
-    # @param backlog [Integer] listen(2) backlog
-    # @param reuse_port [Boolean] set SO_REUSEPORT
-    # @return [Socket]
-    def self.open_listener(host, port, backlog:, reuse_port: false)
-      if host
-        address = begin
-          Addrinfo.tcp(host, port)
-        rescue SocketError => e
-          raise SocketError, "#{host}:#{port}: #{e.message}", cause: nil
-        end
-        return bind(address, backlog, reuse_port)
-      end
-
-      begin
-        bind(Addrinfo.tcp(EVERY_ADDRESS[0], port), backlog, reuse_port)
-      rescue Errno::EAFNOSUPPORT, Errno::EADDRNOTAVAIL
-        bind(Addrinfo.tcp(EVERY_ADDRESS[1], port), backlog, reuse_port) # no IPv6 on this machine
-      end
-    end
-
-    def self.bind(address, backlog, reuse_port)
-      socket = Socket.new(address.afamily, :STREAM)
-      socket.setsockopt(:SOCKET, :REUSEADDR, true)
-      socket.setsockopt(:SOCKET, :REUSEPORT, true) if reuse_port
-      # The IPv6 wildcard takes IPv4 too, whatever net.ipv6.bindv6only says.
-      socket.setsockopt(:IPV6, :V6ONLY, false) if address.ipv6? && address.ipv6_unspecified?
-      socket.bind(address)
-      socket.listen(backlog)
-      socket
-    rescue StandardError
-      socket&.close
-      raise
-    end
-    private_class_method :bind
-
     private
 
     # An adopted listener stays open: it is the caller's (Evix::Workers').
@@ -158,7 +84,7 @@ module Evix
     end
 
     def listen
-      @adopted || TCPServer.open_listener(@host, @port, backlog: @backlog, reuse_port: @reuse_port)
+      @adopted || Net::Listener.open_tcp(@host, @port, backlog: @backlog, reuse_port: @reuse_port)
     end
 
     def connection(socket)

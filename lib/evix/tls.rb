@@ -27,7 +27,7 @@ module Evix
     # @param seconds [Numeric, nil] nil: HANDSHAKE_TIMEOUT
     # @return [Numeric]
     def self.handshake_timeout(seconds)
-      seconds.nil? ? HANDSHAKE_TIMEOUT : Server.seconds(seconds, "handshake_timeout")
+      seconds.nil? ? HANDSHAKE_TIMEOUT : Arguments.seconds(seconds, "handshake_timeout")
     end
 
     # The trust anchors of the system (what OpenSSL's default paths hold),

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require_relative "net/address"
 
 module Evix
   # Outgoing UNIX domain socket connections for tasks.
@@ -22,9 +23,9 @@ module Evix
     # @return [Evix::IO]
     # @raise [ArgumentError] for a bad path or timeout (see UNIXServer.new)
     def connect(loop, path, timeout: nil)
-      Server.check_loop(loop)
-      path = UNIXServer.check_path(path)
-      timeout &&= Server.seconds(timeout, "timeout")
+      Arguments.open_loop(loop)
+      path = Net::Address.check_path(path)
+      timeout &&= Arguments.seconds(timeout, "timeout")
       raise Error, "Evix::UNIXClient.connect must be called inside a task" unless Task.current
 
       deadline = timeout && (Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout)

@@ -2,6 +2,8 @@
 
 require "socket"
 require_relative "server"
+require_relative "net/address"
+require_relative "net/listener"
 
 module Evix
   # A UNIX domain socket server: the lifecycle of Evix::TCPServer (see
@@ -36,8 +38,8 @@ module Evix
     #   that is not a socket is there
     def initialize(loop, path, backlog: 1024, idle_timeout: nil, write_high_water: IO::WRITE_HIGH_WATER,
                    max_connections: nil, &handler)
-      @path = UNIXServer.check_path(path)
-      @backlog = Server.check_backlog(backlog)
+      @path = Net::Address.check_path(path)
+      @backlog = Net::Listener.check_backlog(backlog)
       super(loop, idle_timeout: idle_timeout, write_high_water: write_high_water, max_connections: max_connections,
                   &handler)
     end
@@ -51,23 +53,6 @@ module Evix
       super
       remove_socket_file
       nil
-    end
-
-    # @api private
-    # @param path [Object] UNIXServer.new's +path+
-    # @return [String] +path+ as a String, checked against sun_path
-    def self.check_path(path)
-      path = path.to_path if !path.is_a?(String) && path.respond_to?(:to_path)
-      raise TypeError, "path must be a String or respond to #to_path (got #{path.inspect})" unless path.is_a?(String)
-      raise ArgumentError, "path must not be empty" if path.empty?
-      raise ArgumentError, "path must not contain a NUL byte (got #{path.inspect})" if path.include?("\0")
-
-      begin
-        Socket.sockaddr_un(path)
-      rescue ArgumentError => e
-        raise ArgumentError, "path is too long for a UNIX socket (#{e.message}): #{path}"
-      end
-      path
     end
 
     private

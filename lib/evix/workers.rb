@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require "socket"
+require_relative "net/address"
+require_relative "net/listener"
 
 module Evix
   # A server on several cores: the parent opens one listening socket, then
@@ -58,11 +60,11 @@ module Evix
       raise TypeError, "count must be an Integer (got #{count.inspect})" unless count.is_a?(Integer)
       raise ArgumentError, "count must be positive (got #{count})" unless count.positive?
 
-      @timeout = Server.seconds(timeout, "timeout")
+      @timeout = Arguments.seconds(timeout, "timeout")
       @count = count
       @setup = setup
-      @listener = TCPServer.open_listener(TCPServer.check_host(host), TCPServer.check_port(port),
-                                          backlog: Server.check_backlog(backlog))
+      @listener = Net::Listener.open_tcp(Net::Address.check_host(host), Net::Address.check_port(port),
+                                         backlog: Net::Listener.check_backlog(backlog))
       @local_address = @listener.local_address
       @workers = {} # pid => Worker: the one record of every live child
     end
@@ -166,7 +168,7 @@ module Evix
     end
 
     def reap
-      @workers.values.each do |worker| # rubocop:disable Style/HashEachMethods -- #exited deletes
+      @workers.dup.each_value do |worker| # a copy: #exited deletes
         _, status = Process.wait2(worker.pid, Process::WNOHANG)
         exited(worker, status) if status
       rescue Errno::ECHILD # reaped by someone else: gone all the same

@@ -227,3 +227,64 @@ RSpec.describe "Arguments of servers and clients" do
     end
   end
 end
+
+# The seconds rule is the loop's own (helpers/args.rs): Ruby checks call it
+# through Evix::Arguments.seconds, so every duration evix takes is refused the
+# same way, with the same message.
+RSpec.describe Evix::Arguments do
+  include_context "with a loop"
+
+  # The exception class and message of the block, or :accepted.
+  def refusal
+    yield
+    :accepted
+  rescue StandardError => e
+    [e.class, e.message]
+  end
+
+  describe ".seconds" do
+    it "returns the value as given: an Integer, Float, Rational or other real Numeric" do
+      [0, 3, 0.25, -0.0, Rational(1, 3), (2**64) - 4096, 2**63].each do |good|
+        expect(Evix::Arguments.seconds(good, "timeout")).to equal(good)
+      end
+    end
+
+    {
+      "a String" => ["1", TypeError, 'timeout must be a Numeric number of seconds (got "1")'],
+      "nil" => [nil, TypeError, "timeout must be a Numeric number of seconds (got nil)"],
+      "negative" => [-1, ArgumentError, "timeout must be a finite, non-negative number of seconds (got -1)"],
+      "a negative Rational" => [Rational(-1, 2), ArgumentError,
+                                "timeout must be a finite, non-negative number of seconds (got (-1/2))"],
+      "NaN" => [Float::NAN, ArgumentError, "timeout must be a finite, non-negative number of seconds (got NaN)"],
+      "infinite" => [Float::INFINITY, ArgumentError,
+                     "timeout must be a finite, non-negative number of seconds (got Infinity)"],
+      "a Complex" => [Complex(1, 1), ArgumentError,
+                      "timeout must be a finite, non-negative number of seconds (got (1+1i))"],
+      "a Complex with no imaginary part" => [Complex(1, 0), ArgumentError,
+                                             "timeout must be a finite, non-negative number of seconds (got (1+0i))"],
+      "2**64" => [2**64, ArgumentError, "timeout is too large (got 18446744073709551616)"],
+      "1e300" => [1e300, ArgumentError, "timeout is too large (got 1.0e+300)"]
+    }.each do |name, (bad, error, message)|
+      it "refuses #{name} with the message the loop's own methods give" do
+        expect(refusal { Evix::Arguments.seconds(bad, "timeout") }).to eq([error, message])
+        expect(refusal { ev.run_once(bad) }).to eq([error, message]) unless bad.nil? # nil: no timeout
+        expect(refusal { ev.add_timer(bad) { nil } }).to eq([error, message.sub("timeout", "delay")])
+      end
+    end
+
+    it "names the argument it is given" do
+      expect { Evix::Arguments.seconds(-2, "attempt_delay") }
+        .to raise_error(ArgumentError, "attempt_delay must be a finite, non-negative number of seconds (got -2)")
+    end
+  end
+
+  describe ".open_loop" do
+    it "returns an open loop, and refuses anything else or a closed loop, showing it" do
+      expect(Evix::Arguments.open_loop(ev)).to equal(ev)
+      expect { Evix::Arguments.open_loop(:loop) }
+        .to raise_error(TypeError, "loop must be an Evix::Loop (got :loop)")
+      closed = Evix::Loop.new.tap(&:close)
+      expect { Evix::Arguments.open_loop(closed) }.to raise_error(Evix::ClosedError, /loop is closed/)
+    end
+  end
+end

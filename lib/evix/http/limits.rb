@@ -35,7 +35,7 @@ module Evix
         super(**Limits::DEFAULTS, **options)
         each_pair do |name, value|
           if name.end_with?("_timeout")
-            Evix::Server.seconds(value, name.to_s)
+            Evix::Arguments.seconds(value, name.to_s)
           else
             raise TypeError, "#{name} must be an Integer (got #{value.inspect})" unless value.is_a?(Integer)
             raise ArgumentError, "#{name} must be positive (got #{value})" unless value.positive?

@@ -2,6 +2,7 @@
 //! driver and the Timer/Watcher handle they build on (`driver.rs`,
 //! `handle.rs`); and leaf helpers in `helpers/`.
 
+mod arguments;
 mod driver;
 mod event_loop;
 mod handle;
@@ -26,6 +27,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     evix.const_set("WRITE", args::WRITE)?;
     evix.const_set("ONESHOT", args::ONESHOT)?;
     evix.define_module_function("backends", function!(backends, 0))?;
+    arguments::init(ruby, evix)?;
     event_loop::init(ruby, evix)?;
     timer::init(ruby, evix)?;
     watcher::init(ruby, evix)?;

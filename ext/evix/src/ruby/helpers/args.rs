@@ -7,6 +7,7 @@ use magnus::{prelude::*, value::LazyId, Error, Float, Integer, Ruby, Value};
 use std::time::Duration;
 
 static TO_F: LazyId = LazyId::new("to_f");
+static REAL: LazyId = LazyId::new("real?");
 
 pub const READ: i64 = 1;
 pub const WRITE: i64 = 2;
@@ -39,7 +40,10 @@ pub fn optional_seconds(
     value.map(|v| seconds(ruby, v, name)).transpose()
 }
 
-/// Seconds (Integer, Float, Rational or any Numeric) as a Duration.
+/// Seconds (Integer, Float, Rational or any real Numeric) as a Duration:
+/// the one rule for every evix duration, Ruby's checks included (they call
+/// it through `Evix::Arguments.seconds`). The error names the argument and
+/// shows the value; the limit is what a Duration holds (under 2**64 s).
 pub fn seconds(ruby: &Ruby, value: Value, name: &str) -> Result<Duration, Error> {
     let secs = if let Some(i) = Integer::from_value(value) {
         match i.to_i64() {
@@ -51,6 +55,10 @@ pub fn seconds(ruby: &Ruby, value: Value, name: &str) -> Result<Duration, Error>
     } else if let Some(f) = Float::from_value(value) {
         f.to_f64()
     } else if value.is_kind_of(ruby.class_numeric()) {
+        // A Complex has no place on a clock, even with no imaginary part.
+        if !value.funcall::<_, _, bool>(*REAL, ())? {
+            return Err(not_finite(ruby, value, name));
+        }
         value.funcall::<_, _, f64>(*TO_F, ())?
     } else {
         return Err(errors::type_error(
@@ -62,13 +70,7 @@ pub fn seconds(ruby: &Ruby, value: Value, name: &str) -> Result<Duration, Error>
         ));
     };
     if !secs.is_finite() || secs < 0.0 {
-        return Err(errors::argument(
-            ruby,
-            format!(
-                "{name} must be a finite, non-negative number of seconds (got {})",
-                errors::describe(value)
-            ),
-        ));
+        return Err(not_finite(ruby, value, name));
     }
     Duration::try_from_secs_f64(secs).map_err(|_| {
         errors::argument(
@@ -76,6 +78,16 @@ pub fn seconds(ruby: &Ruby, value: Value, name: &str) -> Result<Duration, Error>
             format!("{name} is too large (got {})", errors::describe(value)),
         )
     })
+}
+
+fn not_finite(ruby: &Ruby, value: Value, name: &str) -> Error {
+    errors::argument(
+        ruby,
+        format!(
+            "{name} must be a finite, non-negative number of seconds (got {})",
+            errors::describe(value)
+        ),
+    )
 }
 
 /// `Evix::READ | Evix::WRITE | Evix::ONESHOT` bits as (interest, oneshot).
