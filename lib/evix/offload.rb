@@ -1,23 +1,9 @@
 # frozen_string_literal: true
 
 # Blocking work run on a pool of threads while the fiber that asked for it
-# waits without blocking its loop: Evix.offload (under Evix.run), the pool
-# (Evix::Offload) and the process-wide one Evix.offload and
-# Evix::Loop#offload share (Evix.offload_pool).
+# waits without blocking its loop: the pool (Evix::Offload) and the
+# process-wide one Evix.offload and Evix::Loop#offload share (Evix.offload_pool).
 module Evix
-  # Runs the block on the offload pool from a fiber of the current
-  # Evix::Scheduler and returns its value (see Evix::Loop#offload).
-  # @yieldreturn [Object] what the call returns
-  # @return [Object] the block's value
-  # @raise [Evix::Error] outside Evix.run
-  # @raise [Exception] the block's exception
-  def self.offload(&)
-    scheduler = Fiber.scheduler
-    raise Error, "Evix.offload must be called inside Evix.run" unless scheduler.is_a?(Scheduler)
-
-    scheduler.loop.offload(&)
-  end
-
   # A bounded pool of threads for blocking work. Jobs run on a pool thread;
   # their result (or exception) is handed back to the loop with Loop#post.
   #

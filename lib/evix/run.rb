@@ -2,9 +2,22 @@
 
 require "English"
 
-# Evix.run: the scheduler as one call.
+# Evix.run: the scheduler as one call; Evix.offload from its fibers.
 module Evix
   class << self
+    # Runs the block on the offload pool from a fiber of the current
+    # Evix::Scheduler and returns its value (see Evix::Loop#offload).
+    # @yieldreturn [Object] what the call returns
+    # @return [Object] the block's value
+    # @raise [Evix::Error] outside Evix.run
+    # @raise [Exception] the block's exception
+    def offload(&)
+      scheduler = Fiber.scheduler
+      raise Error, "Evix.offload must be called inside Evix.run" unless scheduler.is_a?(Scheduler)
+
+      scheduler.loop.offload(&)
+    end
+
     # Runs the block in a fiber under an Evix::Scheduler and returns its
     # value once every fiber it scheduled has finished. Inside a fiber that
     # an Evix::Scheduler already runs, the block runs in a new fiber of that
