@@ -181,11 +181,7 @@ module Evix
     # @raise [Evix::ClosedError]
     def parse_buffered(timeout)
       deadline = nil
-      while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame under a parked fiber
-        if !@buffer.empty? && (used = yield @buffer, @offset)
-          consume_to(@offset + used) unless used.negative?
-          return used
-        end
+      until !@buffer.empty? && (used = yield @buffer, @offset)
         if timeout
           deadline ||= Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
           left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -193,12 +189,15 @@ module Evix
         end
         return nil unless fill(left)
       end
+      consume_to(@offset + used) unless used.negative?
+      used
     end
 
     private
 
     # #gets with keywords, or with no whole line buffered; +searched+ bytes
     # of the buffer hold no separator.
+    # rubocop:disable Metrics -- the checks written out: each_line(chomp: true) comes here for every line
     def gets_with_keywords(separator, limit, keywords, searched)
       if keywords.nil? && separator.is_a?(Hash)
         return gets_with_keywords($INPUT_RECORD_SEPARATOR, limit, separator, searched)
@@ -214,10 +213,16 @@ module Evix
         else raise ArgumentError, "unknown keyword: #{key.inspect}"
         end
       end
-      check_timeout(timeout, @timeout)
-      check_open
-      read_line(separator, limit, timeout, searched, chomp)
+      check_timeout(timeout) if timeout && timeout != @timeout
+      raise ClosedError, "IO is closed" if @io.closed?
+
+      if (line = buffered_line(@buffer, @offset, searched, separator, limit))
+        consume_to(@offset + line.size)
+        return chomp && separator ? chomp_line(line, separator) : line
+      end
+      read_line(separator, limit, timeout, line.nil? ? 0 : @buffer.size - @offset, chomp)
     end
+    # rubocop:enable Metrics
 
     # Moves the start of what is buffered to +offset+ (#gets inlines this).
     def consume_to(offset)
@@ -231,23 +236,27 @@ module Evix
 
     # The next line (arguments as #gets takes them), reading more until the
     # buffer holds a whole one; at end of file the rest, nil if none. Each
-    # search resumes where the last one stopped.
+    # search resumes where the last one stopped (+searched+ bytes).
     def read_line(separator, limit, timeout, searched, chomp)
-      separator, limit = line_arguments(separator, limit)
-      paragraph = separator&.empty?
-      separator = PARAGRAPH if paragraph
-      while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame under a parked fiber
-        searched = skip_newlines(searched) if paragraph
-        if (line = buffered_line(@buffer, @offset, searched, separator, limit))
-          consume_to(@offset + line.size)
-          return chomp && separator ? chomp_line(line, separator) : line
+      if (line = buffered_line(@buffer, @offset, searched, separator, limit)).nil?
+        # Arguments the line reader takes only once made usual.
+        separator, limit = line_arguments(separator, limit)
+        if (paragraph = separator&.empty?)
+          separator = PARAGRAPH
+          skip_newlines(0)
         end
-        searched = @buffer.size - @offset
-        next if fill(timeout)
-
-        # End of file: the rest, which does not end with the separator.
-        return @buffer.empty? ? nil : take(@buffer.size - @offset)
+        line = buffered_line(@buffer, @offset, 0, separator, limit)
       end
+      until line
+        searched = @buffer.size - @offset
+        # End of file: the rest, which does not end with the separator.
+        return @buffer.empty? ? nil : take(searched) unless fill(timeout)
+
+        searched = skip_newlines(searched) if paragraph
+        line = buffered_line(@buffer, @offset, searched, separator, limit)
+      end
+      consume_to(@offset + line.size)
+      chomp && separator ? chomp_line(line, separator) : line
     end
 
     # [separator, limit] as #gets takes them: an Integer separator is the

@@ -147,7 +147,7 @@ module Evix
       return enqueue(data, size) if @outbox
 
       written = size.zero? ? 0 : write_some(data)
-      written = 0 if :wait_writable == written # rubocop:disable Style/YodaCondition -- no String#== call
+      written = 0 if written == :wait_writable
       start_outbox(data.byteslice(written, size - written)) if written < size
       size
     rescue ::IOError
@@ -207,7 +207,7 @@ module Evix
     def drain
       outbox = @outbox or return
       written = write_some(outbox)
-      return if :wait_writable == written # rubocop:disable Style/YodaCondition -- no String#== call
+      return if written == :wait_writable
 
       left = outbox.bytesize - written
       return drop_outbox if left.zero?

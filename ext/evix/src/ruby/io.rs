@@ -152,7 +152,8 @@ fn buffered_line(
 }
 
 /// `chomp_line(line, separator)`: `line` without its trailing `separator`
-/// (`core::lines::chomped_len`); `line` itself when there is none.
+/// (`core::lines::chomped_len`). `line` is one #gets just handed out and
+/// owns: it is cut in place, no second String.
 fn chomp_line(ruby: &Ruby, _rb_self: Value, line: RString, separator: RString) -> RString {
     let (kept, len) = capi::with_bytes(ruby, line, |bytes| {
         capi::with_bytes(ruby, separator, |separator| {
@@ -161,8 +162,11 @@ fn chomp_line(ruby: &Ruby, _rb_self: Value, line: RString, separator: RString) -
     });
     if kept == len {
         line
-    } else {
+    } else if line.is_frozen() {
         capi::byteslice(ruby, line, 0..kept)
+    } else {
+        capi::truncate(ruby, line, kept);
+        line
     }
 }
 
