@@ -460,16 +460,27 @@ module Evix
     # @return [Integer, :wait_writable] the bytes the kernel took
     def write_socket(io, data); end
 
-    # #gets's fast path: the line that starts at byte +offset+ of +buffer+.
+    # The line reader of #gets and #each_line: the line that starts at byte
+    # +offset+ of +buffer+, ended by +separator+ within +limit+ bytes, or cut
+    # at the limit; as it is in the buffer (its bytesize is what it uses).
     # @param buffer [String]
     # @param offset [Integer]
-    # @param separator [String, nil]
+    # @param searched [Integer] bytes after +offset+ an earlier call searched
+    #   without a line: the search resumes there
+    # @param separator [String, nil] not empty; nil: lines end at the limit only
     # @param limit [Integer, nil] at most this many bytes; nil or negative: no limit
-    # @param chomp [Boolean] without the separator (and a "\r" before "\n")
-    # @return [String, nil] the line (+buffer+ itself when it is the whole
-    #   buffer), nil when the buffer holds no whole line or the call is unusual
-    #   (nil or empty +separator+, +limit+ not an Integer)
-    def buffered_line(buffer, offset, separator, limit, chomp); end
+    # @return [String, false, nil] the line (+buffer+ itself when it is the
+    #   whole buffer); false when the buffer holds no whole line (every byte
+    #   after +offset+ searched); nil when the arguments are unusual (a
+    #   separator that is empty or not a String, a limit not an Integer)
+    def buffered_line(buffer, offset, searched, separator, limit); end
+
+    # +line+ without its trailing +separator+ (and a "\r" before a "\n"
+    # one), for #gets's +chomp: true+.
+    # @param line [String]
+    # @param separator [String]
+    # @return [String] +line+ itself when it does not end with +separator+
+    def chomp_line(line, separator); end
   end
 
   module HTTP

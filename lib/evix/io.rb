@@ -2,6 +2,8 @@
 
 require "English"
 require "io/wait"
+require_relative "io_input"
+require_relative "io_output"
 
 module Evix
   # A non-blocking IO driven by a loop, for code running in an Evix::Task.
@@ -20,17 +22,26 @@ module Evix
   # at once; the loop writes that queue in the background, and #flush waits
   # for it.
   #
-  # One class, one job per file:
-  # - io.rb: the object itself: what it wraps, its timeouts, closing, addresses;
-  # - io_raw.rb: raw I/O and waiting: one system call to read or write, and
-  #   the wait on the loop when the kernel says it would block;
-  # - io_input.rb: buffering and line reading (#read, #gets, #readpartial...);
-  # - io_output.rb: whole writes (#write, #puts...) and #try_write's queue.
+  # This file is the whole class: its state, raw I/O (one system call to read
+  # or write, the wait on the loop when the kernel says it would block) and
+  # closing. The input and output halves are modules it includes, each in a
+  # file of its own (IOInput, IOOutput: modules, so that no other file
+  # reopens the class), and ext/evix/src/ruby/io.rs holds its native private
+  # methods. Over TLS the object is an Evix::TLS::Stream, a subclass.
+  #
+  # The raw reads and writes are every server's hot path: no method call or
+  # allocation they can do without (docs/performance.md), and no Kernel#loop
+  # (that C iterator would put two more pages of machine stack under every
+  # parked fiber).
   class IO
-    # Bytes one read asks the kernel for.
-    CHUNK = 16 * 1024
-    EMPTY = "".b.freeze
-    private_constant :EMPTY
+    include IOInput
+    include IOOutput
+
+    # Full reads in a row before a read gives the other fibers a turn.
+    FAIR_READS = 16
+    # Ends the waits of the readers when #close_read comes (never escapes).
+    class EndOfReads < Exception; end # rubocop:disable Lint/InheritException -- no rescue of StandardError may catch it
+    private_constant :EndOfReads
 
     # @return [Numeric, nil] seconds each operation may wait (nil: no limit)
     attr_reader :timeout
@@ -40,6 +51,36 @@ module Evix
 
     # @return [Evix::Timer, nil] restarted on every read that gets data
     attr_accessor :idle_timer
+
+    # An Evix::TLS::Stream for an OpenSSL::SSL::SSLSocket, else an Evix::IO.
+    # @param loop [Evix::Loop]
+    # @param io [::IO, OpenSSL::SSL::SSLSocket]
+    # @return [Evix::IO]
+    def self.new(loop, io, **options)
+      # Only a subclass of IO can be an SSLSocket; no look-up of OpenSSL for
+      # an ::IO, which would load it where net/http left an autoload for it.
+      if equal?(IO) && !io.is_a?(::IO) && defined?(::OpenSSL::SSL::SSLSocket) && io.is_a?(::OpenSSL::SSL::SSLSocket)
+        return TLS::Stream.new(loop, io, **options)
+      end
+
+      super
+    end
+
+    # +bytes+ if it is a valid write high-water mark (an Integer, not
+    # negative); servers check theirs with it.
+    # @api private
+    # @param bytes [Integer]
+    # @return [Integer] +bytes+
+    # @raise [ArgumentError, TypeError] a negative or non-Integer number
+    def self.high_water(bytes)
+      unless bytes.is_a?(Integer)
+        raise TypeError,
+              "write_high_water must be an Integer number of bytes (got #{bytes.inspect})"
+      end
+      raise ArgumentError, "write_high_water must not be negative (got #{bytes})" if bytes.negative?
+
+      bytes
+    end
 
     # @param loop [Evix::Loop]
     # @param io [::IO, OpenSSL::SSL::SSLSocket] an open IO; it is switched to
@@ -60,13 +101,6 @@ module Evix
 
       @loop = loop
       @io = io.to_io
-      # Over an SSLSocket OpenSSL moves the bytes and @io, its TCP socket, is
-      # waited on (lib/evix/tls.rb). An ::IO is none: no look-up of OpenSSL,
-      # which would load it where net/http left an autoload for it.
-      if !io.is_a?(::IO) && defined?(::OpenSSL::SSL::SSLSocket) && io.is_a?(::OpenSSL::SSL::SSLSocket)
-        @ssl_socket = io
-        extend TLS::Stream
-      end
       @timeout = timeout
       # Sockets are read and written by recv/send in the extension
       # (read_socket, write_socket); other IOs by Ruby's *_nonblock methods.
@@ -99,6 +133,24 @@ module Evix
     def timeout=(seconds)
       check_timeout(seconds)
       @timeout = seconds
+    end
+
+    # Waits until the IO is readable.
+    # @param timeout [Numeric, nil]
+    # @return [true]
+    # @raise [Evix::TimeoutError] not readable within +timeout+ seconds
+    # @raise [Evix::ClosedError] the IO is or gets closed
+    def wait_readable(timeout: @timeout)
+      wait(READ, timeout)
+    end
+
+    # Waits until the IO is writable.
+    # @param timeout [Numeric, nil]
+    # @return [true]
+    # @raise [Evix::TimeoutError] not writable within +timeout+ seconds
+    # @raise [Evix::ClosedError] the IO is or gets closed
+    def wait_writable(timeout: @timeout)
+      wait(WRITE, timeout)
     end
 
     # Makes reads return what has arrived and then nil, without closing:
@@ -181,16 +233,134 @@ module Evix
     end
 
     # Raises unless +timeout+ is nil or a number of seconds the loop can
-    # wait (Arguments.seconds); the message shows the value as given. A
-    # per-call timeout equal to the +default+ one was checked when that was
-    # set. (#read and #write make that test inline: no method call without a
-    # timeout.)
+    # wait (Arguments.seconds), for a call that may finish without a wait;
+    # a wait checks its own (Loop#wait_io). A per-call timeout equal to the
+    # +default+ one was checked when that was set.
     def check_timeout(timeout, default = nil)
       Arguments.seconds(timeout, "timeout") unless timeout.nil? || timeout == default
     end
+
+    # The next chunk of input, a String of its own, or nil at end of file;
+    # Evix::ClosedError on a closed IO (#read leaves that check to it). A
+    # reset is the kernel's error (Errno::ECONNRESET), never an end of file:
+    # a body cut short must not look complete.
+    # After a short read the kernel buffer is most likely empty: wait first
+    # instead of paying a read that fails with EAGAIN (the registration is
+    # level-triggered, so data that is already there wakes the wait at once).
+    # After FAIR_READS reads without a wait it waits too, so a peer that never
+    # stops sending cannot keep the loop to itself. Both are one counter,
+    # @streak: full reads since the last wait, set to FAIR_READS by a short
+    # read.
+    #
+    # The instance variables @io and @streak are read once into locals (an
+    # instance variable read costs more than a local one on Ruby 3.1), and
+    # the lone reader's wait is written out instead of calling #wait.
+    # rubocop:disable Metrics -- one method on purpose: each part split out would be a method call per read
+    def read_chunk(maxlen, timeout)
+      io = @io
+      streak = @streak
+      until @eof
+        if streak >= FAIR_READS
+          if @reader
+            wait(READ, timeout)
+          else
+            begin
+              @reader = Fiber.current
+              outcome = @loop.wait_io(io, READ, timeout)
+            rescue EndOfReads
+              outcome = READ
+            ensure
+              @reader = nil
+            end
+            # Ready is exactly READ (the loop masks the ready bits with the
+            # interest): a comparison, where is_a?(Integer) is a method call.
+            finish_wait(timeout) unless outcome == READ
+          end
+          streak = 0
+          next # close_read may have come while waiting
+        end
+        chunk = @socket ? read_socket(io, maxlen) : read_other(maxlen)
+        # Symbol first: Symbol#== is a pointer comparison, String#== would ask the Symbol for #to_str.
+        if :wait_readable == chunk # rubocop:disable Style/YodaCondition
+          streak = FAIR_READS
+          next
+        end
+        return unless chunk
+
+        # #size, not #bytesize: the same on a binary String, and a VM instruction, not a method call.
+        @streak = chunk.size < maxlen ? FAIR_READS : streak + 1
+        @idle_timer&.again
+        return chunk
+      end
+      raise ClosedError, "IO is closed" if io.closed?
+
+      read_arrived(maxlen)
+    rescue ::IOError
+      raise ClosedError, "IO is closed" if @io.closed?
+
+      raise
+    end
+    # rubocop:enable Metrics
+
+    # After #close_read: what the kernel already holds, without waiting;
+    # once a read finds nothing, end of file for good.
+    def read_arrived(maxlen)
+      return unless @arrived
+
+      chunk = @socket ? read_socket(@io, maxlen) : read_other(maxlen)
+      return chunk if chunk.is_a?(String)
+
+      @arrived = false
+      nil
+    end
+
+    # A read from an IO that is not a socket (a pipe, a tty, a file): into the
+    # loop's scratch buffer, then a copy the size of what came.
+    def read_other(maxlen)
+      chunk = @io.read_nonblock(maxlen, @scratch, exception: false)
+      chunk.is_a?(String) ? EMPTY + chunk : chunk
+    end
+
+    # The raw write: how many bytes of +data+ the kernel takes now, or
+    # :wait_writable when it takes none. (#write has it written out.)
+    def write_some(data)
+      @socket ? write_socket(@io, data) : @io.write_nonblock(data, exception: false)
+    end
+
+    # Waits for +events+; on a closed IO wait_io raises Evix::ClosedError.
+    # After close_read a wait to read returns at once (its timeout checked
+    # here: no wait checks it).
+    def wait(events, timeout)
+      if @eof && events == READ && !@io.closed?
+        check_timeout(timeout, @timeout)
+        return true
+      end
+
+      reading = events.anybits?(READ)
+      @readers << Fiber.current if reading
+      begin
+        outcome = @loop.wait_io(@io, events, timeout)
+      rescue EndOfReads
+        return true
+      ensure
+        @readers.delete(Fiber.current) if reading
+      end
+      outcome.nil? ? finish_wait(timeout) : true
+    end
+
+    # Waits until the kernel takes more of a write. Only the thread that
+    # wrapped the IO may wait on the loop; another one waits by itself.
+    def wait_to_write(timeout)
+      return wait(WRITE, timeout) if Thread.current == @thread
+
+      @io.wait_writable(timeout) or finish_wait(timeout)
+    end
+
+    # A wait that ended without readiness: the IO was closed, or it timed out.
+    def finish_wait(timeout)
+      raise ClosedError, "IO was closed while waiting" if @io.closed?
+
+      raise TimeoutError, "IO operation timed out after #{timeout}s"
+    end
   end
 end
-
-require_relative "io_raw"
-require_relative "io_input"
-require_relative "io_output"

@@ -1,18 +1,22 @@
 # frozen_string_literal: true
 
 module Evix
-  # Evix::IO's input: buffering and line reading (#read, #read_exactly,
-  # #readpartial, #gets, #each_line, #eof?), over the raw reads of
-  # io_raw.rb. The buffer is @buffer from @offset on; a line is found with
-  # one search from @offset and handed out with one byteslice, and what was
-  # handed out is dropped once per read into the buffer, not once per line.
-  class IO
-    NEWLINE = "\n"
+  # Evix::IO's input half: buffering and line reading (#read, #read_exactly,
+  # #readpartial, #gets, #each_line, #eof?), over the class's raw reads
+  # (read_chunk). The buffer is @buffer from @offset on; what was handed out
+  # is dropped once per read into the buffer, not once per line. Lines are
+  # found, cut at the limit and chomped natively (buffered_line, chomp_line
+  # in ext/evix/src/ruby/io.rs); Ruby only reads more input until the buffer
+  # holds a whole line.
+  # @api private
+  module IOInput
+    # Bytes one read asks the kernel for.
+    CHUNK = 16 * 1024
+    EMPTY = "".b.freeze
     PARAGRAPH = "\n\n"
-    CR = "\r".ord
     LF = "\n".ord
     CHOMP = { chomp: true }.freeze
-    private_constant :NEWLINE, :PARAGRAPH, :CR, :LF, :CHOMP
+    private_constant :EMPTY, :PARAGRAPH, :LF, :CHOMP
 
     # Reads up to +maxlen+ bytes: what is buffered, else what the next read
     # gets; nil at end of file.
@@ -83,14 +87,12 @@ module Evix
     #
     # The keywords arrive as a trailing positional Hash (+keywords+, or in
     # the place of +separator+ or +limit+): on Ruby 3.1 a method with keyword
-    # parameters costs about 500 instructions more a call, a sixth of a
-    # line's whole cost, and the usual call passes none.
+    # parameters costs more a call than the rest of a buffered line.
     def gets(separator = $INPUT_RECORD_SEPARATOR, limit = nil, keywords = nil)
-      # The usual call on busy input: a whole line is already buffered. One
-      # native call finds it and copies it out (ext/evix/src/ruby/io.rs):
-      # String#index and #byteslice would cost more than IO#gets does. (A
-      # Hash in the place of separator or limit gets nil from it.)
-      if keywords.nil? && (line = buffered_line(buffer = @buffer, offset = @offset, separator, limit, false))
+      # The usual call on busy input: a whole line is already buffered, and
+      # one native call finds and copies it. (A Hash in the place of
+      # separator or limit is unusual: nil.)
+      if keywords.nil? && (line = buffered_line(buffer = @buffer, offset = @offset, 0, separator, limit))
         # A binary String's size is its bytesize, and #size is an instruction.
         offset += line.size
         if offset == buffer.size
@@ -101,7 +103,8 @@ module Evix
         end
         return line
       end
-      gets_with_keywords(separator, limit, keywords)
+      # false: no whole line yet, and all that is buffered was searched.
+      gets_with_keywords(separator, limit, keywords, line.nil? ? 0 : @buffer.size - @offset)
     end
 
     # Yields each line until end of file (see #gets). A limit of 0 raises
@@ -178,11 +181,7 @@ module Evix
     # @raise [Evix::ClosedError]
     def parse_buffered(timeout)
       deadline = nil
-      while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame under a parked fiber
-        if !@buffer.empty? && (used = yield @buffer, @offset)
-          consume_to(@offset + used) unless used.negative?
-          return used
-        end
+      until !@buffer.empty? && (used = yield @buffer, @offset)
         if timeout
           deadline ||= Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
           left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -190,20 +189,21 @@ module Evix
         end
         return nil unless fill(left)
       end
+      consume_to(@offset + used) unless used.negative?
+      used
     end
 
     private
 
-    # #gets with keywords, or with nothing to hand out at once.
-    # rubocop:disable Metrics
-    def gets_with_keywords(separator, limit, keywords)
+    # #gets with keywords, or with no whole line buffered; +searched+ bytes
+    # of the buffer hold no separator.
+    # rubocop:disable Metrics -- the checks written out: each_line(chomp: true) comes here for every line
+    def gets_with_keywords(separator, limit, keywords, searched)
       if keywords.nil? && separator.is_a?(Hash)
-        keywords = separator
-        separator = $INPUT_RECORD_SEPARATOR
-      elsif keywords.nil? && limit.is_a?(Hash)
-        keywords = limit
-        limit = nil
+        return gets_with_keywords($INPUT_RECORD_SEPARATOR, limit, separator, searched)
       end
+      return gets_with_keywords(separator, nil, limit, searched) if keywords.nil? && limit.is_a?(Hash)
+
       timeout = @timeout
       chomp = false
       keywords&.each_pair do |key, value|
@@ -216,14 +216,11 @@ module Evix
       check_timeout(timeout) if timeout && timeout != @timeout
       raise ClosedError, "IO is closed" if @io.closed?
 
-      if (line = buffered_line(@buffer, @offset, separator, limit, chomp))
-        offset = @offset + line.size
-        # A chomped line leaves its separator behind it, and the "\r" before a "\n".
-        offset += separator == NEWLINE && @buffer.getbyte(offset) == CR ? 2 : separator.bytesize if chomp
-        consume_to(offset)
-        return line
+      if (line = buffered_line(@buffer, @offset, searched, separator, limit))
+        consume_to(@offset + line.size)
+        return chomp && separator ? chomp_line(line, separator) : line
       end
-      read_line(separator, limit, timeout, chomp)
+      read_line(separator, limit, timeout, line.nil? ? 0 : @buffer.size - @offset, chomp)
     end
     # rubocop:enable Metrics
 
@@ -237,33 +234,30 @@ module Evix
       end
     end
 
-    # #gets when the line is not all buffered yet, or for a limit, paragraph
-    # or nil separator. The search goes on from where the last one stopped
-    # (+scanned+ bytes after @offset hold no separator): no byte is looked
-    # at twice however many reads a long line takes.
-    # rubocop:disable Metrics
-    def read_line(separator, limit, timeout, chomp)
-      separator, limit = line_arguments(separator, limit)
-      paragraph = separator&.empty?
-      separator = PARAGRAPH if paragraph
-      scanned = 0
-      while true # rubocop:disable Style/InfiniteLoop -- Kernel#loop adds a C frame under a parked fiber
-        skip_newlines if paragraph
-        buffered = @buffer.bytesize - @offset
-        if separator && (at = @buffer.index(separator, @offset + scanned))
-          length = at + separator.bytesize - @offset
-          return take_line(length, chomp && separator) if limit.nil? || length <= limit
+    # The next line (arguments as #gets takes them), reading more until the
+    # buffer holds a whole one; at end of file the rest, nil if none. Each
+    # search resumes where the last one stopped (+searched+ bytes).
+    def read_line(separator, limit, timeout, searched, chomp)
+      if (line = buffered_line(@buffer, @offset, searched, separator, limit)).nil?
+        # Arguments the line reader takes only once made usual.
+        separator, limit = line_arguments(separator, limit)
+        if (paragraph = separator&.empty?)
+          separator = PARAGRAPH
+          skip_newlines(0)
         end
-        return take(limit) if limit && buffered >= limit
-
-        scanned = separator ? [buffered - separator.bytesize + 1, 0].max : buffered
-        next if fill(timeout)
-
-        # End of file: the rest, which does not end with the separator.
-        return @buffer.empty? ? nil : take(@buffer.bytesize - @offset)
+        line = buffered_line(@buffer, @offset, 0, separator, limit)
       end
+      until line
+        searched = @buffer.size - @offset
+        # End of file: the rest, which does not end with the separator.
+        return @buffer.empty? ? nil : take(searched) unless fill(timeout)
+
+        searched = skip_newlines(searched) if paragraph
+        line = buffered_line(@buffer, @offset, searched, separator, limit)
+      end
+      consume_to(@offset + line.size)
+      chomp && separator ? chomp_line(line, separator) : line
     end
-    # rubocop:enable Metrics
 
     # [separator, limit] as #gets takes them: an Integer separator is the
     # limit, a negative limit none, a separator with non-ASCII characters
@@ -288,33 +282,15 @@ module Evix
       raise TypeError, "separator must be a String, nil or an Integer limit (got #{separator.inspect})"
     end
 
-    # The first +length+ bytes, which end with +separator+: without it when
-    # +separator+ is given (chomp).
-    def take_line(length, separator)
-      start = @offset
-      buffer = @buffer
-      line = take(length)
-      return line unless separator
-
-      stop = chomp_at(buffer, start, start + length - separator.bytesize, separator)
-      line.byteslice(0, stop - start)
-    end
-
-    # Where a chomped line that starts at +start+ and whose separator starts
-    # at +at+ ends: a "\n" separator takes a "\r" before it along, as
-    # String#chomp("\n") does.
-    def chomp_at(buffer, start, at, separator)
-      at > start && separator == NEWLINE && buffer.getbyte(at - 1) == CR ? at - 1 : at
-    end
-
     # Paragraph mode: the newlines before a paragraph are not part of it.
-    def skip_newlines
-      offset = @offset
+    # Returns +searched+, less the newlines dropped.
+    def skip_newlines(searched)
+      start = offset = @offset
       offset += 1 while @buffer.getbyte(offset) == LF
-      return @offset = offset if offset < @buffer.bytesize
+      return searched if offset == start
 
-      @buffer = +EMPTY
-      @offset = 0
+      consume_to(offset)
+      [searched - (offset - start), 0].max
     end
 
     # Reads more into the buffer; false at end of file.

@@ -1,9 +1,10 @@
 # frozen_string_literal: true
 
 module Evix
-  # Evix::IO's output: whole writes (#write, and IO-style #puts, #print,
-  # #<<), over the raw writes of io_raw.rb, and #try_write, the write that
-  # never waits, for fanning one message out to many connections.
+  # Evix::IO's output half: whole writes (#write, and IO-style #puts,
+  # #print, #<<), over the class's raw writes (write_some), and #try_write,
+  # the write that never waits, for fanning one message out to many
+  # connections.
   #
   # #try_write gives the kernel what it takes at once and queues the rest in
   # the IO's outbox, which a write watcher of the loop empties in the
@@ -13,7 +14,8 @@ module Evix
   # mark (plus one message) of memory. #flush waits until the outbox is
   # with the kernel. #write never queues: it returns when the kernel has its
   # bytes (after the outbox's, on the loop's thread).
-  class IO
+  # @api private
+  module IOOutput
     # Default of #write_high_water: bytes #try_write may queue.
     WRITE_HIGH_WATER = 1024 * 1024
 
@@ -25,22 +27,6 @@ module Evix
     # @raise [ArgumentError, TypeError] a negative or non-Integer number
     def write_high_water=(bytes)
       @write_high_water = IO.high_water(bytes)
-    end
-
-    # +bytes+ if it is a valid write high-water mark (an Integer, not
-    # negative); servers check theirs with it.
-    # @api private
-    # @param bytes [Integer]
-    # @return [Integer] +bytes+
-    # @raise [ArgumentError, TypeError] a negative or non-Integer number
-    def self.high_water(bytes)
-      unless bytes.is_a?(Integer)
-        raise TypeError,
-              "write_high_water must be an Integer number of bytes (got #{bytes.inspect})"
-      end
-      raise ArgumentError, "write_high_water must not be negative (got #{bytes})" if bytes.negative?
-
-      bytes
     end
 
     # Writes all of +data+, waiting whenever the kernel buffer is full; it
@@ -96,11 +82,11 @@ module Evix
     def puts(*objects)
       # The usual call, one String: no copy when it ends with a newline.
       if objects.size == 1 && (line = objects[0]).is_a?(String)
-        write(line.end_with?(NEWLINE) ? line : "#{line}\n")
+        write(line.end_with?("\n") ? line : "#{line}\n")
         return
       end
       out = String.new(encoding: Encoding::BINARY)
-      objects.empty? ? out << NEWLINE : append_lines(out, objects, [])
+      objects.empty? ? out << "\n" : append_lines(out, objects, [])
       write(out) unless out.empty?
       nil
     end
@@ -161,7 +147,7 @@ module Evix
       return enqueue(data, size) if @outbox
 
       written = size.zero? ? 0 : write_some(data)
-      written = 0 if :wait_writable == written # rubocop:disable Style/YodaCondition -- no String#== call
+      written = 0 if written == :wait_writable
       start_outbox(data.byteslice(written, size - written)) if written < size
       size
     rescue ::IOError
@@ -221,7 +207,7 @@ module Evix
     def drain
       outbox = @outbox or return
       written = write_some(outbox)
-      return if :wait_writable == written # rubocop:disable Style/YodaCondition -- no String#== call
+      return if written == :wait_writable
 
       left = outbox.bytesize - written
       return drop_outbox if left.zero?
@@ -249,7 +235,7 @@ module Evix
         else
           line = text(object)
           out << bytes(line)
-          out << NEWLINE unless line.end_with?(NEWLINE)
+          out << "\n" unless line.end_with?("\n")
         end
       end
     end

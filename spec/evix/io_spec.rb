@@ -16,6 +16,18 @@ EachBackend.describe Evix::IO do
       expect(ev.wrap(peer, timeout: 1.5).timeout).to eq(1.5)
     end
 
+    # Each half is a module of its own file; only io.rb says "class IO".
+    it "is defined in one Ruby file, io.rb, with its halves as modules of their own" do
+      owners = [Evix::IO, Evix::IO.singleton_class, Evix::IOInput, Evix::IOOutput].to_h do |mod|
+        names = mod.instance_methods(false) + mod.private_instance_methods(false)
+        paths = names.filter_map { |name| mod.instance_method(name).source_location&.first }
+        [mod, paths.map { |path| File.basename(path) }.uniq]
+      end
+      expect(owners).to eq(Evix::IO => ["io.rb"], Evix::IO.singleton_class => ["io.rb"],
+                           Evix::IOInput => ["io_input.rb"], Evix::IOOutput => ["io_output.rb"])
+      expect(Evix::IO.ancestors.take(3)).to eq([Evix::IO, Evix::IOOutput, Evix::IOInput])
+    end
+
     it "accepts an object that responds to to_io" do
       holder = Struct.new(:inner) do
         def to_io

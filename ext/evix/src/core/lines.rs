@@ -1,30 +1,49 @@
-//! Line search for `Evix::IO#gets` (ext/evix/src/ruby/io.rs binds it):
-//! bytes only, no Ruby, so `cargo test` covers it.
+//! `Evix::IO`'s line reader (ext/evix/src/ruby/io.rs binds it): where the
+//! next line of the input buffer ends, and what chomp leaves of it. Bytes
+//! only, no Ruby, so `cargo test` covers it.
 
-/// Where the line of `bytes` that starts at `offset` ends (exclusive): the
-/// first `separator` after `offset` ends it, if it ends within `limit` bytes;
-/// with `chomp` the line ends before the separator (and before a "\r" in
-/// front of a "\n" one). None when there is no such line, or for an empty
-/// separator (paragraph mode is not a plain search).
-pub fn find_line(
+/// Where the line of `bytes` that starts at `offset` ends (exclusive): after
+/// the first `separator` (not empty) if it ends within `limit` bytes, else
+/// after `limit` bytes if that many are there; None while the buffer holds
+/// neither (more input decides). `searched` bytes after `offset` were
+/// searched before without a separator: the search resumes where it
+/// stopped, so a line that takes many reads has each byte looked at once.
+/// A nil separator (`None`) ends lines only at the limit.
+pub fn line_end(
     bytes: &[u8],
     offset: usize,
-    separator: &[u8],
+    searched: usize,
+    separator: Option<&[u8]>,
     limit: Option<usize>,
-    chomp: bool,
 ) -> Option<usize> {
-    if separator.is_empty() {
-        return None; // paragraph mode
-    }
     let rest = bytes.get(offset..)?;
-    // The separator must end within the limit: no need to look further.
-    let window = &rest[..limit.map_or(rest.len(), |limit| limit.min(rest.len()))];
-    let at = find(window, separator)?;
-    if !chomp {
-        return Some(offset + at + separator.len());
+    if let Some(separator) = separator.filter(|s| !s.is_empty()) {
+        // The separator must end within the limit: no need to look further.
+        let window = &rest[..limit.map_or(rest.len(), |limit| limit.min(rest.len()))];
+        // A separator may straddle the end of what was searched.
+        let from = searched
+            .saturating_sub(separator.len() - 1)
+            .min(window.len());
+        if let Some(at) = find(&window[from..], separator) {
+            return Some(offset + from + at + separator.len());
+        }
     }
-    let cr = separator == b"\n" && at > 0 && rest[at - 1] == b'\r';
-    Some(offset + at - usize::from(cr))
+    limit
+        .filter(|&limit| rest.len() >= limit)
+        .map(|limit| offset + limit)
+}
+
+/// The length of `line` without its trailing `separator` (and a "\r"
+/// before a "\n" one, as `String#chomp("\n")` drops); all of it when it
+/// does not end with the separator (a line cut at the limit, or the last
+/// one before end of file).
+pub fn chomped_len(line: &[u8], separator: &[u8]) -> usize {
+    if separator.is_empty() || !line.ends_with(separator) {
+        return line.len();
+    }
+    let end = line.len() - separator.len();
+    let cr = separator == b"\n" && end > 0 && line[end - 1] == b'\r';
+    end - usize::from(cr)
 }
 
 /// The first position of `needle` (not empty) in `haystack`.
@@ -66,7 +85,7 @@ fn find_byte(haystack: &[u8], byte: u8) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{find, find_byte, find_line};
+    use super::{chomped_len, find, find_byte, line_end};
     use proptest::prelude::*;
 
     proptest! {
@@ -83,6 +102,23 @@ mod tests {
             let plain = haystack.windows(needle.len()).position(|w| w == needle.as_slice());
             prop_assert_eq!(find(&haystack, &needle), plain);
         }
+
+        // Resuming after a miss on the first `split` bytes finds what one
+        // search of the whole buffer finds.
+        #[test]
+        fn a_resumed_search_agrees_with_a_whole_one(
+            bytes in proptest::collection::vec(0u8..3, 0..40),
+            split in 0usize..40,
+            separator in proptest::collection::vec(0u8..3, 1..4),
+            limit in proptest::option::of(0usize..40),
+        ) {
+            let split = split.min(bytes.len());
+            prop_assume!(line_end(&bytes[..split], 0, 0, Some(&separator), limit).is_none());
+            prop_assert_eq!(
+                line_end(&bytes, 0, split, Some(&separator), limit),
+                line_end(&bytes, 0, 0, Some(&separator), limit)
+            );
+        }
     }
 
     #[test]
@@ -95,16 +131,37 @@ mod tests {
     }
 
     #[test]
-    fn finds_the_line_after_offset_within_the_limit() {
+    fn ends_the_line_after_offset_at_the_separator_or_the_limit() {
         let buffer = b"one\r\ntwo\nthree";
-        assert_eq!(find_line(buffer, 0, b"\n", None, false), Some(5));
-        assert_eq!(find_line(buffer, 0, b"\n", None, true), Some(3)); // "\r\n" chomped
-        assert_eq!(find_line(buffer, 5, b"\n", None, true), Some(8));
-        assert_eq!(find_line(buffer, 5, b"\n", Some(4), false), Some(9));
-        assert_eq!(find_line(buffer, 5, b"\n", Some(3), false), None); // longer than the limit
-        assert_eq!(find_line(buffer, 9, b"\n", None, false), None); // no separator yet
-        assert_eq!(find_line(buffer, 99, b"\n", None, false), None);
-        assert_eq!(find_line(buffer, 0, b"", None, false), None);
-        assert_eq!(find_line(b"\r\n", 0, b"\r\n", None, true), Some(0));
+        let newline = Some(&b"\n"[..]);
+        assert_eq!(line_end(buffer, 0, 0, newline, None), Some(5));
+        assert_eq!(line_end(buffer, 5, 0, newline, None), Some(9));
+        assert_eq!(line_end(buffer, 5, 0, newline, Some(4)), Some(9));
+        assert_eq!(line_end(buffer, 5, 0, newline, Some(3)), Some(8)); // cut at the limit
+        assert_eq!(line_end(buffer, 9, 0, newline, None), None); // no separator yet
+        assert_eq!(line_end(buffer, 9, 0, newline, Some(9)), None); // nor the limit
+        assert_eq!(line_end(buffer, 9, 0, newline, Some(5)), Some(14));
+        assert_eq!(line_end(buffer, 9, 0, None, Some(2)), Some(11));
+        assert_eq!(line_end(buffer, 9, 0, None, None), None); // to end of file
+        assert_eq!(line_end(buffer, 0, 0, newline, Some(0)), Some(0));
+        assert_eq!(line_end(buffer, 99, 0, newline, None), None);
+        // Resumed: the "\r\n" straddles the 4 bytes searched before.
+        assert_eq!(line_end(buffer, 0, 4, Some(&b"\r\n"[..]), None), Some(5));
+        assert_eq!(
+            line_end(b"a\n\nb\n\n", 0, 0, Some(&b"\n\n"[..]), None),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn chomp_drops_the_separator_and_a_carriage_return_before_a_newline() {
+        assert_eq!(chomped_len(b"one\r\n", b"\n"), 3);
+        assert_eq!(chomped_len(b"one\n", b"\n"), 3);
+        assert_eq!(chomped_len(b"\n", b"\n"), 0);
+        assert_eq!(chomped_len(b"one\r", b"\n"), 4); // cut before its "\n"
+        assert_eq!(chomped_len(b"one\r\n", b"\r\n"), 3);
+        assert_eq!(chomped_len(b"one\r;", b";"), 4); // "\r" goes only with "\n"
+        assert_eq!(chomped_len(b"para\n\n", b"\n\n"), 4);
+        assert_eq!(chomped_len(b"tail", b"\n"), 4);
     }
 }

@@ -1,24 +1,21 @@
-//! `Evix::IO`'s native private methods (the rest of the class is in
-//! lib/evix/io.rb and lib/evix/io_input.rb).
+//! `Evix::IO`'s native private methods (the class is lib/evix/io.rb).
 //!
 //! Reads and writes on sockets: one `recv`/`send` with MSG_DONTWAIT and a
 //! String: what `read_nonblock`/`write_nonblock` do, without their Ruby
-//! wrapper, keyword arguments and buffer bookkeeping (about 1,800 fewer
-//! instructions per echo round trip, bench/PROFILE.md), and without SIGPIPE.
+//! wrapper, keyword arguments and buffer bookkeeping, and without SIGPIPE.
 //! Anything unusual (bytes in Ruby's own IO buffers, an IO not open for the
 //! direction, a read larger than the scratch buffer, not a socket) is left
 //! to Ruby's method, so the result is always what Ruby would have given.
 //!
-//! `#gets`'s fast path: find a whole line in the buffer and copy it out in
-//! one call. In Ruby that is `String#index` and `String#byteslice`, two
-//! method calls with encoding checks that cost more than stdlib `IO#gets`
-//! does for the whole line.
+//! The line reader of #gets and #each_line: the search, the limit and chomp
+//! on the input buffer (`core::lines`), one call per line; Ruby only reads
+//! more input while the buffer holds no whole line.
 
 use super::helpers::{
     capi::{self, Direct},
     errors,
 };
-use crate::core::lines::find_line;
+use crate::core::lines::{chomped_len, line_end};
 use crate::sys::stream;
 use magnus::{
     method,
@@ -104,45 +101,73 @@ fn closed_stream(ruby: &Ruby) -> Error {
     Error::new(ruby.exception_io_error(), "closed stream")
 }
 
-/// `buffered_line(buffer, offset, separator, limit, chomp)`: the line that
-/// starts at byte `offset` of `buffer` and ends with `separator`, at most
-/// `limit` bytes long (nil or negative: no limit), without the separator
-/// (and a "\r" before a "\n" one) when `chomp` is truthy; nil when there is
-/// no such line in the buffer, or for a call that is not the usual one (a
-/// nil or empty separator, a limit that is not an Integer): #gets then
-/// takes its own path. When the line is the whole buffer it is `buffer`
-/// itself, no copy.
+/// `buffered_line(buffer, offset, searched, separator, limit)`: the line
+/// that starts at byte `offset` of `buffer` (`core::lines::line_end`), as it
+/// is there, so its bytesize is what it used of the buffer; `buffer` itself,
+/// no copy, when it is the whole buffer. False while the buffer holds no
+/// whole line: then every byte from `offset` on was searched. Nil for
+/// arguments #gets has to make usual first (a separator that is not a
+/// String or nil, or an empty one; a limit that is not an Integer or nil).
 fn buffered_line(
     ruby: &Ruby,
     _rb_self: Value,
     buffer: RString,
     offset: usize,
+    searched: usize,
     separator: Value,
     limit: Value,
-    chomp: bool,
 ) -> Result<Value, Error> {
-    let nil = ruby.qnil().as_value();
-    let Some(separator) = RString::from_value(separator) else {
-        return Ok(nil);
+    let unusual = Ok(ruby.qnil().as_value());
+    let separator = if separator.is_nil() {
+        None
+    } else {
+        match RString::from_value(separator) {
+            Some(separator) if !separator.is_empty() => Some(separator),
+            _ => return unusual,
+        }
     };
     let limit = if limit.is_nil() {
         None
     } else {
-        match Integer::from_value(limit).map(|n| n.to_i64()) {
-            Some(Ok(n)) => usize::try_from(n).ok(), // negative: no limit
-            _ => return Ok(nil),
+        match Integer::from_value(limit) {
+            // Negative: no limit; past i64 a limit no buffer reaches.
+            Some(n) => n.to_i64().ok().and_then(|n| usize::try_from(n).ok()),
+            None => return unusual,
         }
     };
     let found = capi::with_bytes(ruby, buffer, |bytes| {
-        capi::with_bytes(ruby, separator, |separator| {
-            find_line(bytes, offset, separator, limit, chomp).map(|end| (end, bytes.len()))
-        })
+        let end = match separator {
+            Some(separator) => capi::with_bytes(ruby, separator, |separator| {
+                line_end(bytes, offset, searched, Some(separator), limit)
+            }),
+            None => line_end(bytes, offset, searched, None, limit),
+        };
+        end.map(|end| (end, bytes.len()))
     });
     Ok(match found {
-        None => nil,
+        None => ruby.qfalse().as_value(),
         Some((end, len)) if offset == 0 && end == len => buffer.as_value(),
         Some((end, _)) => capi::byteslice(ruby, buffer, offset..end).as_value(),
     })
+}
+
+/// `chomp_line(line, separator)`: `line` without its trailing `separator`
+/// (`core::lines::chomped_len`). `line` is one #gets just handed out and
+/// owns: it is cut in place, no second String.
+fn chomp_line(ruby: &Ruby, _rb_self: Value, line: RString, separator: RString) -> RString {
+    let (kept, len) = capi::with_bytes(ruby, line, |bytes| {
+        capi::with_bytes(ruby, separator, |separator| {
+            (chomped_len(bytes, separator), bytes.len())
+        })
+    });
+    if kept == len {
+        line
+    } else if line.is_frozen() {
+        capi::byteslice(ruby, line, 0..kept)
+    } else {
+        capi::truncate(ruby, line, kept);
+        line
+    }
 }
 
 pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
@@ -150,5 +175,6 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_private_method("read_socket", method!(read_socket, 2))?;
     class.define_private_method("write_socket", method!(write_socket, 2))?;
     class.define_private_method("buffered_line", method!(buffered_line, 5))?;
+    class.define_private_method("chomp_line", method!(chomp_line, 2))?;
     Ok(())
 }

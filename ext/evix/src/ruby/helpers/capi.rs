@@ -3,7 +3,8 @@
 //! safe function whose SAFETY note says why the access is sound.
 
 use magnus::{
-    block::Proc, rb_sys::AsRawValue, Error, RFile, RString, RTypedData, Ruby, TypedData, Value,
+    block::Proc, rb_sys::AsRawValue, value::ReprValue, Error, RFile, RString, RTypedData, Ruby,
+    TypedData, Value,
 };
 use std::ffi::{c_int, c_void};
 
@@ -221,6 +222,22 @@ pub fn byteslice(ruby: &Ruby, string: RString, range: std::ops::Range<usize>) ->
     // rb_str_new(RSTRING_PTR(str) + beg, len) does).
     let bytes = unsafe { string.as_slice() };
     ruby.str_from_slice(&bytes[range])
+}
+
+/// The first `len` bytes of `string` (not frozen, `len` at most its length),
+/// in place: `rb_str_resize`, so a string that shares its bytes gets its
+/// own first. No allocation for a string that keeps them on the heap.
+pub fn truncate(_ruby: &Ruby, string: RString, len: usize) {
+    assert!(
+        !string.is_frozen() && len <= string.len(),
+        "truncate: a frozen or shorter string"
+    );
+    // SAFETY: `_ruby` shows this thread holds the GVL; `string` is a live,
+    // unfrozen String (checked above: rb_str_resize raises only for a frozen
+    // one or a negative length), and `len` fits a c_long.
+    unsafe {
+        rb_sys::rb_str_resize(string.as_raw(), len as std::ffi::c_long);
+    }
 }
 
 /// The frozen, interned String with `bytes` (as `-"..."`): one look-up in
