@@ -3,7 +3,7 @@
 //! `RubyDriver` that calls them on the loop thread and blocks without the GVL.
 
 use super::helpers::{capi, errors, nogvl};
-use crate::core::{Driver, Fire, Loop, LoopWaker};
+use crate::core::{Driver, Fire, Loop, LoopWaker, WaitKey};
 use magnus::{
     block::Proc,
     gc::Marker,
@@ -28,6 +28,9 @@ enum Target {
     /// `other.transfer`), and control came back to the loop instead (see
     /// `RubyDriver::recover`).
     Recover(Opaque<Fiber>),
+    /// Ends that wait, if it still goes on, with the value in `keep` (a
+    /// resume another thread posted: `RbLoop::resume_soon`).
+    Unpark(WaitKey),
     /// Only kept alive (a pinned IO).
     Nothing,
 }
@@ -68,6 +71,14 @@ impl Callback {
         Callback {
             target: Target::Fiber(fiber.into(), switch),
             keep: None,
+        }
+    }
+
+    /// Ends the wait `key` with `value` when the loop runs it.
+    pub fn unpark(key: WaitKey, value: Value) -> Callback {
+        Callback {
+            target: Target::Unpark(key),
+            keep: Some(value.into()),
         }
     }
 
@@ -117,7 +128,7 @@ impl Callback {
             Target::Fiber(fiber, _) | Target::Raise(fiber, _) | Target::Recover(fiber) => {
                 marker.mark(fiber)
             }
-            Target::Nothing => {}
+            Target::Unpark(_) | Target::Nothing => {}
         }
         if let Some(keep) = self.keep {
             marker.mark(keep);
@@ -193,6 +204,14 @@ impl RubyDriver<'_> {
                     }
                 }
             }
+            Target::Unpark(key) => match self.core.unpark(key) {
+                Some(resume) => {
+                    let value = callback.keep.map(|keep| ruby.get_inner(keep));
+                    let resume = resume.with_value(value.unwrap_or_else(|| ruby.qnil().as_value()));
+                    self.call(resume, Fire::Immediate)
+                }
+                None => Ok(()),
+            },
             Target::Nothing => Ok(()),
         }
     }
