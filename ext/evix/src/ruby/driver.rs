@@ -204,14 +204,26 @@ impl RubyDriver<'_> {
                     }
                 }
             }
-            Target::Unpark(key) => match self.core.unpark(key) {
-                Some(resume) => {
-                    let value = callback.keep.map(|keep| ruby.get_inner(keep));
-                    let resume = resume.with_value(value.unwrap_or_else(|| ruby.qnil().as_value()));
-                    self.call(resume, Fire::Immediate)
+            Target::Unpark(key) => {
+                // The wait's own resume is its fiber's: switched to now, not
+                // through `call` again (recursion would keep `call` out of
+                // `invoke`).
+                let Some(Target::Fiber(fiber, switch)) =
+                    self.core.unpark(key).map(|resume| resume.target)
+                else {
+                    return Ok(());
+                };
+                let fiber = ruby.get_inner(fiber);
+                if !fiber.is_alive() {
+                    return Ok(());
                 }
-                None => Ok(()),
-            },
+                let value = callback
+                    .keep
+                    .map_or_else(|| ruby.qnil().as_value(), |keep| ruby.get_inner(keep));
+                switch_to(fiber, switch, value)?;
+                self.recover(fiber);
+                Ok(())
+            }
             Target::Nothing => Ok(()),
         }
     }

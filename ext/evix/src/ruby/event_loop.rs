@@ -471,12 +471,8 @@ impl RbLoop {
             keep: Callback::keep_alive(io),
         });
         let io = Some((fd, interest, fd_owner));
-        Ok(
-            match self.park_current(ruby, core, io, timeout, |_| Ok(()))? {
-                Ok(ended) => IoOutcome::of(ruby, ended),
-                Err(refused) => IoOutcome::Refused(refused),
-            },
-        )
+        let ended = self.park_current(ruby, core, io, timeout, |_| Ok(()))?;
+        Ok(ended.map_or_else(IoOutcome::Refused, |value| IoOutcome::of(ruby, value)))
     }
 
     /// `suspend(timeout = nil) { |token| }`: suspends the calling fiber until
@@ -522,12 +518,7 @@ impl RbLoop {
 
     /// Ends the wait of `token` with `value`, from the loop's thread (see
     /// `resume`); false if that wait already ended.
-    pub(super) fn resume_token(
-        &self,
-        ruby: &Ruby,
-        token: u64,
-        value: Value,
-    ) -> Result<bool, Error> {
+    fn resume_token(&self, ruby: &Ruby, token: u64, value: Value) -> Result<bool, Error> {
         let core = self.usable(ruby)?;
         match errors::guard(ruby, || Ok(core.unpark(WaitKey::from_bits(token))))? {
             Some(resume) => {
