@@ -224,13 +224,6 @@ module Evix
     # @api private
     # @return [nil]
     def ensure_usable!; end
-
-    private
-
-    # The loop belongs to the next thread that uses it (Evix::Scheduler's
-    # own loop, installed on another thread than the one that made it).
-    # @return [nil]
-    def disown; end
   end
 
   # Keeps a loop's #run going, as a referenced timer would, until released:
@@ -326,9 +319,10 @@ module Evix
     def block(blocker, timeout = nil); end
 
     # Fiber::Scheduler hook, from any thread: ends +fiber+'s wait in #block
-    # or #kernel_sleep (nothing happens if it is not waiting there). On the
-    # loop's thread the fiber is queued for the loop's next turn; another
-    # thread posts the wake to the loop (#post_wake).
+    # or #kernel_sleep (nothing happens if it is not waiting there), the
+    # fiber running on the loop's next turn. Another thread's wake is posted
+    # to the loop, which ends the wait when it takes the post (unless the
+    # wait ended otherwise meanwhile).
     # @param blocker [Object] what the fiber waited for
     # @param fiber [Fiber]
     # @return [nil]
@@ -344,8 +338,8 @@ module Evix
 
     # Fiber::Scheduler hook: reads at least +length+ bytes (0: whatever is
     # there) into +buffer+ at +offset+, straight from the kernel (recv(2) on a
-    # socket, read(2) made non-blocking for the call on other IOs). An IO whose
-    # bytes Ruby's own read buffer holds goes to #io_read_other.
+    # socket, read(2) made non-blocking for the call on other IOs). Bytes
+    # Ruby's own read buffer holds for +io+ (an ungetc) come first.
     # @param io [::IO]
     # @param buffer [IO::Buffer]
     # @param length [Integer]
@@ -364,8 +358,8 @@ module Evix
     def io_write(io, buffer, length, offset = 0); end
 
     # #io_read as Ruby 4.1 calls it (Scheduler::Interface): one non-blocking
-    # read of at most +length+ bytes into +buffer+ at +offset+. An IO whose
-    # bytes Ruby's own read buffer holds goes to #io_read_other_once.
+    # read of at most +length+ bytes into +buffer+ at +offset+; bytes Ruby's
+    # own read buffer holds for +io+ (an ungetc) come first.
     # @param io [::IO]
     # @param buffer [IO::Buffer]
     # @param offset [Integer]
@@ -388,25 +382,21 @@ module Evix
 
     private
 
-    # Sets the loop the scheduler runs on, once (from #initialize).
+    # Sets the loop the scheduler runs on, once (from #initialize). A loop
+    # the scheduler made belongs to the thread that first uses it: the one
+    # the scheduler is installed on.
     # @param loop [Evix::Loop]
+    # @param owned [Boolean] whether the scheduler made +loop+
     # @return [nil]
-    def attach(loop); end
+    def attach(loop, owned); end
 
-    # On the loop's thread (#post_wake posts it): ends +fiber+'s wait in
-    # #block or #kernel_sleep with +value+.
+    # On the loop's thread (#fiber_interrupt posts it): raises +exception+ in
+    # +fiber+ if it is parked on the loop; a fiber that has left its wait
+    # is left alone.
     # @param fiber [Fiber]
-    # @param value [Object]
-    # @return [Boolean] false if +fiber+ was not waiting there
-    def wake(fiber, value); end
-
-    # Parks the calling fiber until +io+ is ready, for the hooks written in Ruby.
-    # @param io [::IO]
-    # @param interest [Integer] READ and/or WRITE
-    # @param timeout [Numeric, nil] seconds; default: +io.timeout+ (Ruby >= 3.2)
-    # @return [Integer, nil] the ready READ/WRITE bits, nil on timeout
-    # @raise [IOError] the IO is closed before or during the wait
-    def wait_for(io, interest, timeout = nil); end
+    # @param exception [Exception]
+    # @return [nil]
+    def interrupt_parked(fiber, exception); end
 
     # For the nursery's deadlock check: the fibers waiting in #block without
     # a timeout, and those in #kernel_sleep without a duration.

@@ -25,11 +25,10 @@ module Evix
     #   their ensure blocks (see Evix::Nursery)
     def initialize(loop = nil, cancel_timeout: 5)
       @owns_loop = loop.nil?
-      attach(loop || Loop.new.tap { |own| own.send(:disown) })
+      attach(loop || Loop.new, @owns_loop)
       @nursery = Nursery.new(self.loop, cancel_timeout: cancel_timeout,
                                         woken_from_outside: method(:woken_from_outside?))
       @pid = Process.pid
-      setup_buffer_hooks
     end
 
     # @return [Integer] scheduled fibers that have not finished
@@ -132,7 +131,7 @@ module Evix
     # #block(blocker, timeout = nil), #unblock(blocker, fiber),
     # #io_wait(io, events, timeout = nil),
     # #io_read(io, buffer, length, offset = 0) and
-    # #io_write(io, buffer, length, offset = 0) are C methods, in
+    # #io_write(io, buffer, length, offset = 0) are native, in
     # ext/evix/src/ruby/scheduler.rs: a hook written in Ruby would leave a VM
     # re-entry on the machine stack of every fiber parked in it. So are
     # #loop (the Evix::Loop the scheduler runs on) and the waiting state
@@ -156,18 +155,6 @@ module Evix
       thread.name&.start_with?("evix ")
     end
     private :evix_thread?
-
-    # #unblock (C, any thread) from a thread other than the loop's: the
-    # fiber is woken on the loop's thread.
-    # @param fiber [Fiber]
-    # @return [nil]
-    def post_wake(fiber)
-      loop.post { wake(fiber, true) }
-      nil
-    rescue ClosedError
-      nil
-    end
-    private :post_wake
 
     # Fiber::Scheduler hook (Process.wait and friends), on the offload pool.
     # @param pid [Integer] as Process.wait takes it (-1: any child)
@@ -283,7 +270,13 @@ module Evix
     # @param exception [Exception]
     # @return [nil]
     def fiber_interrupt(fiber, exception)
-      loop.post { interrupt_parked(fiber, exception) }
+      loop.post do
+        if fiber.is_a?(Fiber)
+          interrupt_parked(fiber, exception) # native: only if it is parked on the loop
+        elsif fiber.respond_to?(:raise)
+          fiber.raise(exception)
+        end
+      end
       nil
     rescue Error # the loop is closed, or belongs to the parent of this forked process
       nil
@@ -311,16 +304,6 @@ module Evix
       alias io_read io_read_once
       alias io_write io_write_once
       alias io_pread io_pread_once
-    end
-
-    private
-
-    def interrupt_parked(fiber, exception)
-      if fiber.is_a?(Fiber)
-        loop.interrupt(fiber, exception) if loop.__send__(:wait_of, fiber)
-      elsif fiber.respond_to?(:raise)
-        fiber.raise(exception)
-      end
     end
   end
 end

@@ -175,6 +175,39 @@ RSpec.describe Evix::Scheduler, "on files and pipes" do
         expect(result).to eq([:wait_readable, [:raised, "IO::EAGAINWaitReadable"], "ok"])
       end
 
+      it "reads the bytes Ruby's own read buffer holds (an ungetc) first in io_read, then the pipe" do
+        result = evix_run_in_child do
+          r, w = IO.pipe
+          w.write("bcd")
+          r.ungetc("a")
+          buffer = IO::Buffer.new(3) # room for no more than "abc"
+          count = Fiber.scheduler.io_read(r, buffer, 3)
+          [buffer.get_string(0, count), r.read_nonblock(10)]
+        end
+        expect(result).to eq(%w[abc d])
+      end
+
+      it "gives a reader the byte another fiber pushed back (ungetc) while it waited, before the pipe's" do
+        result = evix_run_in_child do
+          r, w = IO.pipe
+          Fiber.schedule do
+            sleep 0.02
+            r.ungetc("a")
+            w.write("b")
+          end
+          [r.readpartial(10), r.readpartial(10)]
+        end
+        expect(result).to eq(%w[a b])
+      end
+
+      it "raises IOError from io_read on a pipe's write end, as Ruby's own reads do" do
+        result = evix_run_in_child do
+          _, w = IO.pipe
+          capture { Fiber.scheduler.io_read(w, IO::Buffer.new(4), 1) }.first(3)
+        end
+        expect(result).to eq([:raised, "IOError", "not opened for reading"])
+      end
+
       it "waits in its fiber to read a blocking pipe, and leaves it blocking" do
         result = evix_run_in_child do
           r, w = IO.pipe

@@ -3,7 +3,7 @@
 //! `RubyDriver` that calls them on the loop thread and blocks without the GVL.
 
 use super::helpers::{capi, errors, nogvl};
-use crate::core::{Driver, Fire, Loop, LoopWaker};
+use crate::core::{Driver, Fire, Loop, LoopWaker, WaitKey};
 use magnus::{
     block::Proc,
     gc::Marker,
@@ -28,6 +28,9 @@ enum Target {
     /// `other.transfer`), and control came back to the loop instead (see
     /// `RubyDriver::recover`).
     Recover(Opaque<Fiber>),
+    /// Ends that wait, if it still goes on, with the value in `keep` (a
+    /// resume another thread posted: `RbLoop::resume_soon`).
+    Unpark(WaitKey),
     /// Only kept alive (a pinned IO).
     Nothing,
 }
@@ -68,6 +71,14 @@ impl Callback {
         Callback {
             target: Target::Fiber(fiber.into(), switch),
             keep: None,
+        }
+    }
+
+    /// Ends the wait `key` with `value` when the loop runs it.
+    pub fn unpark(key: WaitKey, value: Value) -> Callback {
+        Callback {
+            target: Target::Unpark(key),
+            keep: Some(value.into()),
         }
     }
 
@@ -117,7 +128,7 @@ impl Callback {
             Target::Fiber(fiber, _) | Target::Raise(fiber, _) | Target::Recover(fiber) => {
                 marker.mark(fiber)
             }
-            Target::Nothing => {}
+            Target::Unpark(_) | Target::Nothing => {}
         }
         if let Some(keep) = self.keep {
             marker.mark(keep);
@@ -192,6 +203,26 @@ impl RubyDriver<'_> {
                         Ok(())
                     }
                 }
+            }
+            Target::Unpark(key) => {
+                // The wait's own resume is its fiber's: switched to now, not
+                // through `call` again (recursion would keep `call` out of
+                // `invoke`).
+                let Some(Target::Fiber(fiber, switch)) =
+                    self.core.unpark(key).map(|resume| resume.target)
+                else {
+                    return Ok(());
+                };
+                let fiber = ruby.get_inner(fiber);
+                if !fiber.is_alive() {
+                    return Ok(());
+                }
+                let value = callback
+                    .keep
+                    .map_or_else(|| ruby.qnil().as_value(), |keep| ruby.get_inner(keep));
+                switch_to(fiber, switch, value)?;
+                self.recover(fiber);
+                Ok(())
             }
             Target::Nothing => Ok(()),
         }

@@ -113,6 +113,43 @@ fn pending_error(ruby: &Ruby, end: Callback) -> Error {
         )
 }
 
+/// How a fiber's wait on an fd ended (`RbLoop::park_io`); each caller
+/// turns it into what its own contract says (`Loop#wait_io`: bits, nil,
+/// Evix::ClosedError, Errno; the scheduler's hooks: events, false, IOError,
+/// -errno).
+pub(super) enum IoOutcome {
+    /// The fd is ready for these of the interests.
+    Ready(Interest),
+    TimedOut,
+    /// The fd was released or closed meanwhile.
+    Closed,
+    /// The kernel refused the fd's registration: nothing was parked.
+    Refused(io::Error),
+    /// Code switched to the fiber by hand (`Fiber#transfer`) with this value.
+    Other(Value),
+}
+
+impl IoOutcome {
+    /// What the driver resumed the fiber with: the ready bits, nil (the
+    /// timer) or `:closed` (see `RubyDriver`).
+    fn of(ruby: &Ruby, ended: Value) -> IoOutcome {
+        if ended.is_nil() {
+            return IoOutcome::TimedOut;
+        }
+        if let Some(bits) =
+            magnus::Fixnum::from_value(ended).and_then(|n| u8::try_from(n.to_i64()).ok())
+        {
+            if bits <= Interest::BOTH.bits() {
+                return IoOutcome::Ready(Interest::from_bits(bits));
+            }
+        }
+        if ended.as_raw() == CLOSED_OUTCOME.into_value_with(ruby).as_raw() {
+            return IoOutcome::Closed;
+        }
+        IoOutcome::Other(ended)
+    }
+}
+
 impl RbLoop {
     fn new(ruby: &Ruby, args: &[Value]) -> Result<Self, Error> {
         let args = scan_args::scan_args::<(), (), (), (), RHash, ()>(args)?;
@@ -151,9 +188,9 @@ impl RbLoop {
         }
     }
 
-    /// `disown`, private: the loop belongs to the next thread that uses it
-    /// (a scheduler created on one thread and installed on another).
-    fn disown(&self) {
+    /// The loop belongs to the next thread that uses it: the scheduler's own
+    /// loop, made where the scheduler is created, runs where it is installed.
+    pub(super) fn disown(&self) {
         self.owner.set(0);
     }
 
@@ -197,9 +234,9 @@ impl RbLoop {
     }
 
     /// Parks the calling fiber on the loop until the wait ends (see
-    /// `core::Loop::park`) and returns what ended it. `on_park` gets the
-    /// wait's token before the fiber switches away; `os_error` turns a
-    /// refused registration into the error raised.
+    /// `core::Loop::park`) and returns what ended it, or the error of an fd
+    /// registration the kernel refused (then nothing was parked). `on_park`
+    /// gets the wait's token before the fiber switches away.
     fn park_current(
         &self,
         ruby: &Ruby,
@@ -207,8 +244,7 @@ impl RbLoop {
         io: Option<(RawFd, Interest, Option<FdOwner<Callback>>)>,
         timeout: Option<Duration>,
         on_park: impl FnOnce(u64) -> Result<(), Error>,
-        os_error: impl FnOnce(io::Error) -> Error,
-    ) -> Result<Value, Error> {
+    ) -> Result<Result<Value, io::Error>, Error> {
         let fiber = ruby.fiber_current();
         let home = self.home.get().map(|home| ruby.get_inner(home));
         let switch = match home {
@@ -222,11 +258,11 @@ impl RbLoop {
             None => Switch::Resume,
         };
         let resume = Callback::resume(fiber, switch);
-        let parked = errors::guard(ruby, || Ok(core.park(owner_of(fiber), resume, io, timeout)))?
-            .map_err(os_error)?;
-        let key = match parked {
-            Parked::Waiting(key) => key,
-            Parked::Pending(end) => return Err(pending_error(ruby, end)),
+        let key = match errors::guard(ruby, || Ok(core.park(owner_of(fiber), resume, io, timeout)))?
+        {
+            Ok(Parked::Waiting(key)) => key,
+            Ok(Parked::Pending(end)) => return Err(pending_error(ruby, end)),
+            Err(refused) => return Ok(Err(refused)),
         };
         if let Err(e) = on_park(key.to_bits()) {
             core.unpark(key);
@@ -255,7 +291,7 @@ impl RbLoop {
         // However the wait ended (a trigger, a wake, an exception raised into
         // the fiber), nothing of it may fire later.
         core.unpark(key);
-        result
+        result.map(Ok)
     }
 
     /// The core, after the checks every method but post/wakeup/closed? makes.
@@ -277,19 +313,14 @@ impl RbLoop {
         Ok(&self.core)
     }
 
-    /// Whether `rb_self` is a loop created before a fork, in the child: its
+    /// Whether the calling thread is the one the loop belongs to.
+    pub(super) fn on_own_thread(&self) -> bool {
+        !self.forked() && self.owner.get() == current_thread()
+    }
+
+    /// Whether this is a loop created before a fork, in the child: its
     /// scheduler's hooks then block the thread instead (see scheduler.rs).
-    pub(super) fn inherited(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
-        Ok(Self::this(ruby, &rb_self)?.forked())
-    }
-
-    /// Whether the calling thread is the one `rb_self` belongs to.
-    pub(super) fn on_own_thread(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
-        let this = Self::this(ruby, &rb_self)?;
-        Ok(!this.forked() && this.owner.get() == current_thread())
-    }
-
-    fn forked(&self) -> bool {
+    pub(super) fn forked(&self) -> bool {
         self.fork_generation != fork::generation()
     }
 
@@ -315,7 +346,7 @@ impl RbLoop {
     /// `self` of the hottest methods, which take it as a plain `Value`:
     /// magnus's conversion to `Obj<Self>` or `&Self` costs an `rb_protect`
     /// around `rb_check_typeddata` per call.
-    fn this<'a>(ruby: &Ruby, rb_self: &'a Value) -> Result<&'a Self, Error> {
+    pub(super) fn this<'a>(ruby: &Ruby, rb_self: &'a Value) -> Result<&'a Self, Error> {
         capi::typed_ref(ruby, rb_self).ok_or_else(|| {
             errors::type_error(
                 ruby,
@@ -401,88 +432,77 @@ impl RbLoop {
         Ok(ruby.obj_wrap(RbWatcher::new(rb_self, key, bits)))
     }
 
-    /// Suspends the calling fiber until `io` is ready for `events` and
-    /// returns the ready bits, or nil once `timeout` passed; raises
-    /// `Evix::ClosedError` if the IO is released or closed meanwhile. The
-    /// fd's registration is pinned to `io` (see `core::FdOwner`), so waiting
-    /// again costs no syscall.
-    pub(super) fn wait_io(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
-        Self::wait_io_with(ruby, rb_self, args, |e, fd| {
-            errors::os(ruby, e, &format!("wait_io(fd {fd})"))
-        })
-    }
-
-    /// `wait_io`, with `os_error` making the error of a registration the
-    /// kernel refused (the scheduler's hooks return it as -errno).
-    pub(super) fn wait_io_with(
-        ruby: &Ruby,
-        rb_self: Value,
-        args: &[Value],
-        os_error: impl FnOnce(io::Error, RawFd) -> Error,
-    ) -> Result<Value, Error> {
+    /// `wait_io(io_or_fd, events, timeout = nil)`: suspends the calling fiber
+    /// until `io` is ready for `events` and returns the ready bits, or nil
+    /// once `timeout` passed; raises `Evix::ClosedError` if the IO is
+    /// released or closed meanwhile.
+    fn wait_io(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
         let this = Self::this(ruby, &rb_self)?;
-        let core = this.usable(ruby)?;
         args::arity(ruby, args, 2, 3)?;
         let (fd, keep) = descriptor(ruby, args[0])?;
-        this.check_not_reserved(ruby, fd)?;
         let (interest, _) = args::events(ruby, args[1])?;
         let timeout = args::optional_seconds(ruby, args::optional(args, 2), "timeout")?;
-        // The owner keeps the IO alive; the loop's mark reaches it. (The
-        // core drops it unless the fd's registration is new or changes owner.)
-        let fd_owner = keep.map(|io| FdOwner {
+        match this.park_io(ruby, fd, interest, keep, timeout)? {
+            IoOutcome::Ready(ready) => Ok(ready.bits().into_value_with(ruby)),
+            IoOutcome::TimedOut => Ok(ruby.qnil().as_value()),
+            IoOutcome::Closed => Err(errors::closed_while_waiting(ruby)),
+            IoOutcome::Refused(e) => Err(errors::os(ruby, e, &format!("wait_io(fd {fd})"))),
+            IoOutcome::Other(value) => Ok(value),
+        }
+    }
+
+    /// The park API for a wait on an fd (`Loop#wait_io` and the scheduler's
+    /// hooks): parks the calling fiber until `fd` is ready for `interest`,
+    /// at most `timeout`, and says what ended the wait. `pin`, the IO
+    /// behind `fd`, owns the fd's registration (see `core::FdOwner`), so
+    /// waiting again costs no syscall; the loop's mark keeps it alive.
+    pub(super) fn park_io(
+        &self,
+        ruby: &Ruby,
+        fd: RawFd,
+        interest: Interest,
+        pin: Option<Value>,
+        timeout: Option<Duration>,
+    ) -> Result<IoOutcome, Error> {
+        let core = self.usable(ruby)?;
+        self.check_not_reserved(ruby, fd)?;
+        let fd_owner = pin.map(|io| FdOwner {
             id: (io.as_raw(), REOPENS.load(Ordering::Relaxed)),
             keep: Callback::keep_alive(io),
         });
-        let outcome = this.park_current(
-            ruby,
-            core,
-            Some((fd, interest, fd_owner)),
-            timeout,
-            |_| Ok(()),
-            |e| os_error(e, fd),
-        )?;
-        if outcome.as_raw() == CLOSED_OUTCOME.into_value_with(ruby).as_raw() {
-            return Err(errors::closed_while_waiting(ruby));
-        }
-        Ok(outcome)
+        let io = Some((fd, interest, fd_owner));
+        let ended = self.park_current(ruby, core, io, timeout, |_| Ok(()))?;
+        Ok(ended.map_or_else(IoOutcome::Refused, |value| IoOutcome::of(ruby, value)))
     }
 
     /// `suspend(timeout = nil) { |token| }`: suspends the calling fiber until
     /// `resume(token, value)` (then it returns value) or until `timeout`
     /// seconds passed (then nil). The block gets the wait's token first.
-    pub(super) fn suspend(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    fn suspend(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
         let this = Self::this(ruby, &rb_self)?;
-        let core = this.usable(ruby)?;
         args::arity(ruby, args, 0, 1)?;
         let timeout = args::optional_seconds(ruby, args::optional(args, 0), "timeout")?;
         let block = ruby.block_given().then(|| ruby.block_proc()).transpose()?;
-        this.park_current(
-            ruby,
-            core,
-            None,
-            timeout,
-            |token| match block {
-                Some(block) => block.call::<_, Value>((token,)).map(drop),
-                None => Ok(()),
-            },
-            |e| errors::os(ruby, e, "suspend"),
-        )
+        this.park(ruby, timeout, |token| match block {
+            Some(block) => block.call::<_, Value>((token,)).map(drop),
+            None => Ok(()),
+        })
     }
 
-    /// `suspend` for the scheduler's `block`/`kernel_sleep` hooks: `on_park`
-    /// gets the wait's token (for `unblock`).
-    pub(super) fn suspend_with(
+    /// The park API for a wait without an fd (`Loop#suspend` and the
+    /// scheduler's `block`/`kernel_sleep`): parks the calling fiber until its
+    /// wait is resumed (`resume_token`, `resume_soon`) or `timeout` passed,
+    /// and returns the value it was resumed with (nil: the timeout).
+    /// `on_park` gets the wait's token before the fiber switches away.
+    pub(super) fn park(
+        &self,
         ruby: &Ruby,
-        rb_self: Value,
-        timeout: Option<Value>,
+        timeout: Option<Duration>,
         on_park: impl FnOnce(u64) -> Result<(), Error>,
     ) -> Result<Value, Error> {
-        let this = Self::this(ruby, &rb_self)?;
-        let core = this.usable(ruby)?;
-        let timeout = args::optional_seconds(ruby, timeout, "timeout")?;
-        this.park_current(ruby, core, None, timeout, on_park, |e| {
-            errors::os(ruby, e, "suspend")
-        })
+        let core = self.usable(ruby)?;
+        self.park_current(ruby, core, None, timeout, on_park)?
+            .map_err(|e| errors::os(ruby, e, "suspend"))
     }
 
     /// `resume(token, value = nil)`: ends the wait of `token` (from
@@ -496,41 +516,8 @@ impl RbLoop {
         Self::this(ruby, &rb_self)?.resume_token(ruby, token, value)
     }
 
-    /// `resume` for the scheduler's `unblock`.
-    pub(super) fn resume_with(
-        ruby: &Ruby,
-        rb_self: Value,
-        token: u64,
-        value: Value,
-    ) -> Result<bool, Error> {
-        Self::this(ruby, &rb_self)?.resume_token(ruby, token, value)
-    }
-
-    /// The scheduler's `unblock` on the loop's own thread: ends the wait of
-    /// `token` and queues its fiber's resumption for the loop's next turn,
-    /// as a `post` would, without one. `None` when this thread may not touch
-    /// the loop (another thread, a forked child, a closed loop): then the
-    /// caller posts.
-    pub(super) fn resume_soon(
-        ruby: &Ruby,
-        rb_self: Value,
-        token: u64,
-        value: Value,
-    ) -> Result<Option<bool>, Error> {
-        let this = Self::this(ruby, &rb_self)?;
-        if this.forked() || this.owner.get() != current_thread() || this.core.is_closed() {
-            return Ok(None);
-        }
-        let core = &this.core;
-        match errors::guard(ruby, || Ok(core.unpark(WaitKey::from_bits(token))))? {
-            Some(resume) => {
-                core.next_tick(resume.with_value(value));
-                Ok(Some(true))
-            }
-            None => Ok(Some(false)),
-        }
-    }
-
+    /// Ends the wait of `token` with `value`, from the loop's thread (see
+    /// `resume`); false if that wait already ended.
     fn resume_token(&self, ruby: &Ruby, token: u64, value: Value) -> Result<bool, Error> {
         let core = self.usable(ruby)?;
         match errors::guard(ruby, || Ok(core.unpark(WaitKey::from_bits(token))))? {
@@ -542,9 +529,45 @@ impl RbLoop {
         }
     }
 
+    /// Ends the wait of `token` with `value` from any thread, its fiber
+    /// running on the loop's next turn: on the loop's own thread the wait
+    /// ends now; another thread posts the end (`Callback::unpark`), and the
+    /// loop's thread ends the wait when it takes the post, unless it ended
+    /// otherwise meanwhile. Nothing happens on a closed loop or in a forked
+    /// child (the loop and its waits are the parent's).
+    pub(super) fn resume_soon(&self, ruby: &Ruby, token: u64, value: Value) -> Result<(), Error> {
+        if self.forked() || self.core.is_closed() {
+            return Ok(());
+        }
+        let key = WaitKey::from_bits(token);
+        if self.owner.get() != current_thread() {
+            // Refused only once the loop is closed, which ended every wait.
+            let _ = self.core.shared().post(Callback::unpark(key, value));
+            return Ok(());
+        }
+        let core = &self.core;
+        errors::guard(ruby, || {
+            if let Some(resume) = core.unpark(key) {
+                core.next_tick(resume.with_value(value));
+            }
+            Ok(())
+        })
+    }
+
+    /// Whether `fiber` is parked in a wait on this loop.
+    pub(super) fn is_parked(&self, ruby: &Ruby, fiber: Fiber) -> Result<bool, Error> {
+        let core = self.usable(ruby)?;
+        errors::guard(ruby, || Ok(core.is_parked(owner_of(fiber))))
+    }
+
     /// `interrupt(fiber, exception)`: raises `exception` in `fiber` at its
     /// current wait on this loop, or at its next one if it is not waiting.
-    fn interrupt(ruby: &Ruby, rb_self: &Self, fiber: Fiber, exception: Value) -> Result<(), Error> {
+    pub(super) fn interrupt(
+        ruby: &Ruby,
+        rb_self: &Self,
+        fiber: Fiber,
+        exception: Value,
+    ) -> Result<(), Error> {
         let core = rb_self.usable(ruby)?;
         if magnus::Exception::from_value(exception).is_none() {
             return Err(errors::type_error(
@@ -916,7 +939,6 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("interrupt", method!(RbLoop::interrupt, 2))?;
     class.define_method("start", method!(RbLoop::start, 1))?;
     class.define_singleton_method("io_closing", function!(RbLoop::io_closing, 1))?;
-    class.define_private_method("disown", method!(RbLoop::disown, 0))?;
     // Public, @api private: lib/evix/loop.rb needs them; Ruby calls no private native method.
     class.define_method("reserve_fd", method!(RbLoop::reserve_fd, 1))?;
     class.define_method("wait_of", method!(RbLoop::wait_of, 1))?;

@@ -1,49 +1,50 @@
-//! The `Evix::Scheduler` hooks that suspend a fiber, written in Rust (the
-//! rest of the class is in lib/evix/scheduler.rb and buffer_hooks.rb). Ruby
-//! calls these hooks from C, often under a C iterator (`n.times { sleep }`,
+//! The `Evix::Scheduler` hooks that suspend a fiber or move bytes, written
+//! in Rust (the rest of the class is lib/evix/scheduler.rb). Ruby calls
+//! these hooks from C, often under a C iterator (`n.times { sleep }`,
 //! `readpartial` inside `each`); a hook written in Ruby re-enters the VM
 //! there, and the frames of that re-entry stay on the machine stack of every
-//! fiber parked in the hook: in the fibers benchmark one more resident page
-//! per sleeping fiber.
+//! fiber parked in it.
+//!
+//! Each hook checks its arguments once, here, parks through the loop's park
+//! API (`RbLoop::park_io`, `RbLoop::park`) and turns what ended the wait
+//! into what Fiber::Scheduler expects; nothing calls back into Ruby.
 //!
 //! `io_read` and `io_write` move bytes straight between the kernel and the
 //! `IO::Buffer` Ruby hands in (no String, no copy, no `*_nonblock` call):
 //! `recv`/`send` on a socket, `read`/`write` with O_NONBLOCK set for the call
-//! on a pipe, file or terminal. Only a read of an IO whose bytes Ruby's own
-//! read buffer holds (an `ungetc`) goes to the Ruby method `io_read_other`.
-//! A write never does: Ruby calls the hook to flush its own write buffer
-//! too, and a Ruby method on the IO would flush that same buffer again.
+//! on a pipe, file or terminal. Bytes Ruby's own read buffer holds (an
+//! `ungetc`) are taken from it first. A write never goes through Ruby's
+//! buffer: Ruby calls the hook to flush that buffer too.
 
 use super::driver::owner_of;
-use super::event_loop::RbLoop;
+use super::event_loop::{IoOutcome, RbLoop};
 use super::helpers::{
     args,
     capi::{self, Direct},
     errors, nogvl,
 };
-use crate::sys::stream;
+use crate::sys::{stream, Interest};
 use magnus::{
+    debug::FrameBuf,
     gc::Marker,
     method,
     prelude::*,
     value::{LazyId, Opaque},
-    DataTypeFunctions, Error, Fiber, Integer, IntoValue, RClass, RFile, RModule, Ruby, TypedData,
-    Value,
+    DataTypeFunctions, Error, Fiber, Integer, IntoValue, RClass, RFile, RModule, RString, Ruby,
+    TypedData, Value,
 };
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
+use std::os::unix::io::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-static POST_WAKE: LazyId = LazyId::new("post_wake");
-static IO_READ_OTHER: LazyId = LazyId::new("io_read_other");
-static IO_READ_OTHER_ONCE: LazyId = LazyId::new("io_read_other_once");
-static NONBLOCK_CALL: LazyId = LazyId::new("nonblock_call?");
 static TIMEOUT: LazyId = LazyId::new("timeout");
 static STAT: LazyId = LazyId::new("stat");
 static IS_FILE: LazyId = LazyId::new("file?");
+static IS_CLOSED: LazyId = LazyId::new("closed?");
 
 /// The scheduler's waiting state, marked by the GC with the object: its
 /// loop, the fibers waiting in `block`/`kernel_sleep` (for `unblock`), the
@@ -89,6 +90,15 @@ enum BlockedKind {
     Timed,
 }
 
+/// How a hook's wait on an IO ended, when it did not raise.
+enum Waited {
+    /// Ready for these of the interests.
+    Ready(Interest),
+    TimedOut,
+    /// The kernel refused to watch the fd (nothing waited).
+    Refused(io::Error),
+}
+
 impl DataTypeFunctions for RbScheduler {
     fn mark(&self, marker: &Marker) {
         if let Some(evloop) = self.evloop.get() {
@@ -108,6 +118,8 @@ impl RbScheduler {
         })
     }
 
+    /// The loop, for the caller to keep on its stack while it uses
+    /// `RbLoop::this` of it (the scheduler marks it meanwhile too).
     fn evloop(&self, ruby: &Ruby) -> Result<Value, Error> {
         self.evloop
             .get()
@@ -115,9 +127,11 @@ impl RbScheduler {
             .ok_or_else(|| errors::evix(ruby, "Evix::Scheduler was not initialized"))
     }
 
-    /// `attach(loop)`, private, from `initialize`: the loop it runs on, once.
-    fn attach(ruby: &Ruby, rb_self: &Self, evloop: Value) -> Result<(), Error> {
-        if capi::typed_ref::<RbLoop>(ruby, &evloop).is_none() {
+    /// `attach(loop, owned)`, private, from `initialize`: the loop it runs
+    /// on, once. A loop the scheduler made (`owned`) belongs to the thread
+    /// that first uses it: the one the scheduler is installed on.
+    fn attach(ruby: &Ruby, rb_self: &Self, evloop: Value, owned: bool) -> Result<(), Error> {
+        let Some(target) = capi::typed_ref::<RbLoop>(ruby, &evloop) else {
             return Err(errors::type_error(
                 ruby,
                 format!(
@@ -125,9 +139,12 @@ impl RbScheduler {
                     errors::describe(evloop)
                 ),
             ));
-        }
+        };
         if rb_self.evloop.get().is_some() {
             return Err(errors::evix(ruby, "Evix::Scheduler is initialized already"));
+        }
+        if owned {
+            target.disown();
         }
         rb_self.evloop.set(Some(evloop.into()));
         Ok(())
@@ -138,14 +155,21 @@ impl RbScheduler {
         rb_self.evloop(ruby)
     }
 
-    /// `wake(fiber, value)`, private, on the loop's thread (`unblock` posts
-    /// it): ends `fiber`'s wait in `block`/`kernel_sleep` with `value`.
-    fn wake(ruby: &Ruby, rb_self: &Self, fiber: Fiber, value: Value) -> Result<bool, Error> {
-        let token = rb_self.token_of(owner_of(fiber));
-        match token {
-            Some(token) => RbLoop::resume_with(ruby, rb_self.evloop(ruby)?, token, value),
-            None => Ok(false),
+    /// `interrupt_parked(fiber, exception)`, private, on the loop's thread
+    /// (`fiber_interrupt` posts it): raises `exception` in `fiber` if it is
+    /// parked on the loop; a fiber that has left its wait is left alone.
+    fn interrupt_parked(
+        ruby: &Ruby,
+        rb_self: &Self,
+        fiber: Fiber,
+        exception: Value,
+    ) -> Result<(), Error> {
+        let evloop = rb_self.evloop(ruby)?;
+        let evloop = RbLoop::this(ruby, &evloop)?;
+        if evloop.is_parked(ruby, fiber)? {
+            RbLoop::interrupt(ruby, evloop, fiber, exception)?;
         }
+        Ok(())
     }
 
     fn token_of(&self, owner: u64) -> Option<u64> {
@@ -170,13 +194,87 @@ impl RbScheduler {
         });
         early.insert(owner, Opaque::from(fiber.as_value()));
     }
+
+    /// Suspends the calling fiber on `evloop` for at most `timeout`, its
+    /// wait's token noted in `blocked` meanwhile so that `unblock` may end
+    /// it. Returns what ended it (nil: the timeout).
+    fn suspend_blocked(
+        &self,
+        ruby: &Ruby,
+        evloop: &RbLoop,
+        timeout: Option<Duration>,
+        kind: BlockedKind,
+    ) -> Result<Value, Error> {
+        let owner = owner_of(ruby.fiber_current());
+        let kind = if timeout.is_some() {
+            BlockedKind::Timed
+        } else {
+            kind
+        };
+        let resumed = evloop.park(ruby, timeout, |token| {
+            self.blocked
+                .borrow_mut()
+                .insert(owner, Blocked { token, kind });
+            Ok(())
+        });
+        // Whatever ended the wait (the timer, unblock, an exception raised into
+        // the fiber), the fiber no longer waits.
+        self.blocked.borrow_mut().remove(&owner);
+        resumed
+    }
+
+    /// Suspends the calling fiber until `file` is ready for `interest`, at
+    /// most `timeout`. IOError when the IO is closed before or during the
+    /// wait (the loop ends the waits on an fd that is closed).
+    fn wait_for(
+        &self,
+        ruby: &Ruby,
+        file: RFile,
+        interest: Interest,
+        timeout: Option<Duration>,
+    ) -> Result<Waited, Error> {
+        let evloop = self.evloop(ruby)?;
+        let evloop = RbLoop::this(ruby, &evloop)?;
+        let fd = descriptor(ruby, file)?;
+        if evloop.forked() {
+            return wait_in_child(ruby, fd, interest, timeout);
+        }
+        match evloop.park_io(ruby, fd, interest, Some(file.as_value()), timeout)? {
+            IoOutcome::Ready(ready) => Ok(Waited::Ready(ready)),
+            IoOutcome::TimedOut => Ok(Waited::TimedOut),
+            IoOutcome::Closed => Err(closed_meanwhile(ruby)),
+            IoOutcome::Refused(e) => Ok(Waited::Refused(e)),
+            IoOutcome::Other(value) => Err(errors::type_error(
+                ruby,
+                format!(
+                    "a fiber waiting on an IO was resumed with {}",
+                    errors::describe(value)
+                ),
+            )),
+        }
+    }
+
+    /// Whether the last read from socket `fd` was short.
+    fn drained(&self, fd: RawFd) -> bool {
+        let drained = self.drained.borrow();
+        usize::try_from(fd).is_ok_and(|fd| drained.get(fd).copied().unwrap_or(false))
+    }
+
+    fn set_drained(&self, fd: RawFd, short: bool) {
+        let Ok(fd) = usize::try_from(fd) else {
+            return;
+        };
+        let mut drained = self.drained.borrow_mut();
+        if drained.len() <= fd {
+            drained.resize(fd + 1, false);
+        }
+        drained[fd] = short;
+    }
 }
 
 /// `Fiber::Scheduler#unblock(blocker, fiber)`, from any thread: ends
-/// `fiber`'s wait in `block` or `kernel_sleep` (none: nothing happens). On
-/// the loop's thread (a Queue or Mutex between its fibers) the fiber is
-/// queued for the loop's next turn at once; from another thread the wake
-/// is posted (`post_wake`, in Ruby).
+/// `fiber`'s wait in `block` or `kernel_sleep` (none: nothing happens), its
+/// fiber running on the loop's next turn (see `RbLoop::resume_soon`).
 ///
 /// From another thread, an `unblock` for a fiber that is not blocked yet is
 /// kept for the fiber's next `block`, which then returns at once (Ruby
@@ -188,16 +286,16 @@ fn unblock(ruby: &Ruby, rb_self: Value, _blocker: Value, fiber: Value) -> Result
         return Ok(());
     };
     let evloop = this.evloop(ruby)?;
-    let Some(token) = this.token_of(owner_of(fiber)) else {
-        if !RbLoop::on_own_thread(ruby, evloop)? {
-            this.note_early(ruby, owner_of(fiber), fiber);
+    let evloop = RbLoop::this(ruby, &evloop)?;
+    let owner = owner_of(fiber);
+    match this.token_of(owner) {
+        Some(token) => evloop.resume_soon(ruby, token, ruby.qtrue().as_value()),
+        None if !evloop.on_own_thread() => {
+            this.note_early(ruby, owner, fiber);
+            Ok(())
         }
-        return Ok(());
-    };
-    if RbLoop::resume_soon(ruby, evloop, token, ruby.qtrue().as_value())?.is_none() {
-        let _: Value = rb_self.funcall(*POST_WAKE, (fiber,))?;
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// `::BasicSocket`, looked up once by `init` (which requires "socket").
@@ -216,11 +314,15 @@ const WRITABLE: i64 = 4;
 /// fiber for `duration` seconds (without one, until `unblock`); nil.
 fn kernel_sleep(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<(), Error> {
     args::arity(ruby, args, 0, 1)?;
-    if inherited(ruby, rb_self)? {
-        let duration = args::optional_seconds(ruby, args::optional(args, 0), "duration")?;
+    let duration = args::optional_seconds(ruby, args::optional(args, 0), "duration")?;
+    let this = RbScheduler::this(ruby, &rb_self)?;
+    let evloop = this.evloop(ruby)?;
+    let evloop = RbLoop::this(ruby, &evloop)?;
+    if evloop.forked() {
         return nogvl::sleep_thread(ruby, duration);
     }
-    suspend_blocked(ruby, rb_self, args, BlockedKind::Sleep).map(drop)
+    this.suspend_blocked(ruby, evloop, duration, BlockedKind::Sleep)
+        .map(drop)
 }
 
 /// `Fiber::Scheduler#block(blocker, timeout = nil)` (Mutex, Queue,
@@ -228,15 +330,17 @@ fn kernel_sleep(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<(), Error
 /// `unblock`; false if `timeout` seconds passed first.
 fn block(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<bool, Error> {
     args::arity(ruby, args, 1, 2)?;
-    if inherited(ruby, rb_self)? {
+    let timeout = args::optional_seconds(ruby, args::optional(args, 1), "timeout")?;
+    let this = RbScheduler::this(ruby, &rb_self)?;
+    let evloop = this.evloop(ruby)?;
+    let evloop = RbLoop::this(ruby, &evloop)?;
+    if evloop.forked() {
         // In a forked child only this thread can unblock: a short sleep,
         // after which Ruby checks its Mutex, Queue... again.
-        let timeout = args::optional_seconds(ruby, args::optional(args, 1), "timeout")?;
         let nap = timeout.map_or(CHILD_SLICE, |t| t.min(CHILD_SLICE));
         nogvl::sleep_thread(ruby, Some(nap))?;
         return Ok(timeout.is_none_or(|t| t > nap));
     }
-    let this = RbScheduler::this(ruby, &rb_self)?;
     if this
         .early
         .borrow_mut()
@@ -245,35 +349,25 @@ fn block(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<bool, Error> {
     {
         return Ok(true); // another thread unblocked it already
     }
-    suspend_blocked(ruby, rb_self, &args[1..], BlockedKind::Blocker).map(Value::to_bool)
+    this.suspend_blocked(ruby, evloop, timeout, BlockedKind::Blocker)
+        .map(Value::to_bool)
 }
 
 /// How long a forked child's hooks block at a time before they look at
 /// interrupts (and, in `block`, at the blocker) again.
 const CHILD_SLICE: Duration = Duration::from_millis(20);
 
-/// Whether the scheduler's loop belongs to the parent of this process: a
-/// child forked inside Evix.run keeps the scheduler (Ruby has no hook to
-/// unset it) but must not touch its loop, so the hooks block the thread, as
-/// Ruby does without a scheduler.
-fn inherited(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
-    RbLoop::inherited(ruby, RbScheduler::this(ruby, &rb_self)?.evloop(ruby)?)
-}
-
-/// `wait_for` in a forked child: polls the fd, blocking the thread.
+/// A wait on an fd in a child forked inside Evix.run, whose scheduler's loop
+/// is the parent's: polls the fd, blocking the thread, as Ruby does without
+/// a scheduler.
 fn wait_in_child(
     ruby: &Ruby,
-    io: Value,
-    interest: i64,
-    timeout: Value,
-) -> Result<Result<Option<Value>, i64>, Error> {
-    let file = RFile::from_value(io)
-        .ok_or_else(|| errors::type_error(ruby, format!("not an IO: {}", errors::describe(io))))?;
-    let fd = capi::io_descriptor(ruby, file).map_err(|_| closed_meanwhile(ruby))?;
-    let timeout = (!timeout.is_nil()).then_some(timeout); // nil: no limit
-    let deadline =
-        args::optional_seconds(ruby, timeout, "timeout")?.map(|t| std::time::Instant::now() + t);
-    let write = interest & args::WRITE != 0;
+    fd: RawFd,
+    interest: Interest,
+    timeout: Option<Duration>,
+) -> Result<Waited, Error> {
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let write = interest.is_writable();
     loop {
         let slice = deadline.map_or(CHILD_SLICE, |d| {
             d.saturating_duration_since(std::time::Instant::now())
@@ -281,47 +375,16 @@ fn wait_in_child(
         });
         let ms = slice.as_millis() as libc::c_int;
         match nogvl::without_gvl(&mut || stream::wait_one(fd, write, ms), &|| {}) {
-            nogvl::Blocked::Done(Ok(true)) => return Ok(Ok(Some(interest.into_value_with(ruby)))),
-            nogvl::Blocked::Done(Err(e)) => {
-                return Ok(Err(i64::from(e.raw_os_error().unwrap_or(libc::EIO))))
-            }
+            nogvl::Blocked::Done(Ok(true)) => return Ok(Waited::Ready(interest)),
+            nogvl::Blocked::Done(Err(e)) => return Ok(Waited::Refused(e)),
             nogvl::Blocked::Panicked => return Err(errors::evix(ruby, "poll panicked")),
             nogvl::Blocked::Done(Ok(false)) | nogvl::Blocked::Interrupted => {}
         }
         nogvl::check_interrupts(ruby)?;
         if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-            return Ok(Ok(None));
+            return Ok(Waited::TimedOut);
         }
     }
-}
-
-/// Suspends the calling fiber on the scheduler's loop for the optional
-/// timeout in `timeout`, its wait's token noted in `@blocked` meanwhile so
-/// that `unblock` may end it. Returns what ended it (nil: the timeout).
-fn suspend_blocked(
-    ruby: &Ruby,
-    rb_self: Value,
-    timeout: &[Value],
-    kind: BlockedKind,
-) -> Result<Value, Error> {
-    let this = RbScheduler::this(ruby, &rb_self)?;
-    let owner = owner_of(ruby.fiber_current());
-    let timeout = timeout.first().copied().filter(|t| !t.is_nil());
-    let kind = if timeout.is_some() {
-        BlockedKind::Timed
-    } else {
-        kind
-    };
-    let resumed = RbLoop::suspend_with(ruby, this.evloop(ruby)?, timeout, |token| {
-        this.blocked
-            .borrow_mut()
-            .insert(owner, Blocked { token, kind });
-        Ok(())
-    });
-    // Whatever ended the wait (the timer, unblock, an exception raised into
-    // the fiber), the fiber no longer waits.
-    this.blocked.borrow_mut().remove(&owner);
-    resumed
 }
 
 /// `Fiber::Scheduler#io_wait(io, events, timeout = nil)`: the ready events
@@ -333,6 +396,28 @@ fn io_wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
     args::arity(ruby, args, 2, 3)?;
     let io = args[0];
     let events: i64 = Integer::try_convert(args[1])?.to_i64()?;
+    let timeout = args::optional_seconds(ruby, args::optional(args, 2), "timeout")?;
+    let file = RFile::from_value(io).ok_or_else(|| {
+        errors::type_error(
+            ruby,
+            format!("io must be an IO (got {})", errors::describe(io)),
+        )
+    })?;
+    let mut interest = Interest::NONE;
+    if events & (READABLE | PRIORITY) != 0 {
+        interest = interest | Interest::READ;
+    }
+    if events & WRITABLE != 0 {
+        interest = interest | Interest::WRITE;
+    }
+    if interest.is_empty() {
+        return Err(errors::argument(
+            ruby,
+            format!(
+                "events must include IO::READABLE, IO::PRIORITY or IO::WRITABLE (got {events})"
+            ),
+        ));
+    }
     let ready_now = (events & (READABLE | WRITABLE)).into_value_with(ruby);
     if io.is_kind_of(ruby.class_file())
         && io
@@ -341,37 +426,22 @@ fn io_wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
     {
         return Ok(ready_now);
     }
-    let mut interest = 0;
-    if events & (READABLE | PRIORITY) != 0 {
-        interest |= args::READ;
-    }
-    if events & WRITABLE != 0 {
-        interest |= args::WRITE;
-    }
-    let timeout = args
-        .get(2)
-        .copied()
-        .unwrap_or_else(|| ruby.qnil().as_value());
-    match wait_for(ruby, rb_self, io, interest, timeout)? {
-        Ok(Some(ready)) => {
-            let ready: i64 = Integer::try_convert(ready)?.to_i64()?;
+    let this = RbScheduler::this(ruby, &rb_self)?;
+    match this.wait_for(ruby, file, interest, timeout)? {
+        Waited::Ready(ready) => {
             let mut result = 0;
-            if ready & args::READ != 0 {
+            if ready.is_readable() {
                 result |= events & (READABLE | PRIORITY);
             }
-            if ready & args::WRITE != 0 {
+            if ready.is_writable() {
                 result |= events & WRITABLE;
             }
             Ok(result.into_value_with(ruby))
         }
-        Ok(None) => Ok(ruby.qfalse().as_value()),
+        Waited::TimedOut => Ok(ruby.qfalse().as_value()),
         // epoll_ctl refused the descriptor: nothing was registered.
-        Err(errno) if errno == i64::from(libc::EPERM) => Ok(ready_now),
-        Err(errno) => Err(errors::os(
-            ruby,
-            io::Error::from_raw_os_error(errno as i32),
-            "io_wait",
-        )),
+        Waited::Refused(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(ready_now),
+        Waited::Refused(e) => Err(errors::os(ruby, e, "io_wait")),
     }
 }
 
@@ -388,38 +458,40 @@ fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
     let (io, buffer) = (args[0], args[1]);
     let (file, length, mut offset) = io_call(ruby, args)?;
     let socket = is_socket(ruby, io);
-    let fd = match capi::direct(ruby, file, false) {
-        Direct::Fd(fd) => fd,
-        Direct::Closed => return Err(closed_stream(ruby)),
-        Direct::Ruby => return rb_self.funcall(*IO_READ_OTHER, args),
-    };
     let this = RbScheduler::this(ruby, &rb_self)?;
-    let waited_first = socket
-        && this
-            .drained
-            .borrow()
-            .get(fd as usize)
-            .copied()
-            .unwrap_or(false);
+    let mut direct = capi::direct(ruby, file, false);
+    let waited_first = socket && matches!(direct, Direct::Fd(fd) if this.drained(fd));
     let mut wait = waited_first;
+    let mut read_fd = None;
     let mut total = 0;
     loop {
         if wait {
-            match wait_for(ruby, rb_self, io, args::READ, io_timeout(ruby, io)?)? {
-                Ok(Some(_)) => {}
-                Ok(None) => return Ok(negative_errno(ruby, libc::ETIMEDOUT)),
-                Err(errno) => return Ok((-errno).into_value_with(ruby)),
+            match this.wait_for(ruby, file, Interest::READ, io_timeout(ruby, io)?)? {
+                Waited::Ready(_) => {}
+                Waited::TimedOut => return Ok(negative_errno(ruby, libc::ETIMEDOUT)),
+                Waited::Refused(e) => return Ok(negative_errno(ruby, errno(&e))),
             }
-            if open_fd(ruby, file, false)? != Some(fd) {
-                // Ruby's buffer got bytes while we waited (an ungetc): they
-                // come first, so Ruby's own method reads from here on.
-                return if total == 0 {
-                    rb_self.funcall(*IO_READ_OTHER, args)
-                } else {
-                    Ok(total.into_value_with(ruby))
-                };
-            }
+            // Ruby's buffer may have got bytes meanwhile (an ungetc).
+            direct = capi::direct(ruby, file, false);
         }
+        let fd = match direct {
+            Direct::Fd(fd) => fd,
+            Direct::Closed => return Err(closed_stream(ruby)),
+            Direct::Ruby => {
+                // Bytes Ruby's buffer holds come first; the rest from the fd.
+                let taken = capi::take_read_buffer(ruby, file, buffer, offset, usize::MAX)?
+                    .ok_or_else(|| not_readable(ruby))?;
+                total += taken;
+                if taken == 0 || total >= length {
+                    break;
+                }
+                offset += taken;
+                wait = false;
+                direct = capi::direct(ruby, file, false);
+                continue;
+            }
+        };
+        read_fd = Some(fd);
         let (room, read) = capi::with_buffer_mut(ruby, buffer, |bytes| {
             bytes.get_mut(offset..).map(|room| {
                 let read = if socket {
@@ -443,22 +515,41 @@ fn io_read(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> 
                 offset += n;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if !socket && length == 0 && rb_self.funcall::<_, _, bool>(*NONBLOCK_CALL, ())? {
+                if !socket && length == 0 && called_from_read_nonblock(ruby) {
                     return Ok(negative_errno(ruby, libc::EAGAIN));
                 }
                 wait = true;
             }
-            Err(e) => return Ok(negative_errno(ruby, e.raw_os_error().unwrap_or(libc::EIO))),
+            Err(e) => return Ok(negative_errno(ruby, errno(&e))),
         }
     }
-    if socket && wait != waited_first {
-        let mut drained = this.drained.borrow_mut();
-        if drained.len() <= fd as usize {
-            drained.resize(fd as usize + 1, false);
-        }
-        drained[fd as usize] = wait;
+    if let Some(fd) = read_fd.filter(|_| socket && wait != waited_first) {
+        this.set_drained(fd, wait);
     }
     Ok(total.into_value_with(ruby))
+}
+
+/// Whether this `io_read` came from `IO#read_nonblock`, which must not
+/// wait: -EAGAIN makes it return :wait_readable or raise
+/// IO::EAGAINWaitReadable. Ruby calls io_read with length 0 for it and for
+/// every other read alike, and the others must wait here (IO#sysread raises
+/// on -EAGAIN), so only the caller tells them apart: a frame above this
+/// hook's. Asked only when there is nothing to read, just before a wait:
+/// it reads the top frames' labels, allocating nothing.
+fn called_from_read_nonblock(ruby: &Ruby) -> bool {
+    let mut frames = FrameBuf::<4>::new();
+    ruby.profile_frames(&mut frames);
+    // Frame 0 is this hook's own. The base label, as Ruby 3.4 labels the
+    // method "IO#read_nonblock".
+    let found = frames.iter().skip(1).any(|(frame, _)| {
+        has_bytes(ruby, frame.base_label(), b"read_nonblock")
+            && has_bytes(ruby, frame.path(), b"<internal:io>")
+    });
+    found
+}
+
+fn has_bytes(ruby: &Ruby, string: Option<RString>, expected: &[u8]) -> bool {
+    string.is_some_and(|string| capi::with_bytes(ruby, string, |bytes| bytes == expected))
 }
 
 /// `Fiber::Scheduler#io_write(io, buffer, length, offset = 0)`: writes at
@@ -469,6 +560,7 @@ fn io_write(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error>
     let (io, buffer) = (args[0], args[1]);
     let (file, length, mut offset) = io_call(ruby, args)?;
     let socket = is_socket(ruby, io);
+    let this = RbScheduler::this(ruby, &rb_self)?;
     let mut total = 0;
     loop {
         let fd = match capi::hook_write_fd(ruby, file) {
@@ -495,13 +587,13 @@ fn io_write(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error>
                 offset += n;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                match wait_for(ruby, rb_self, io, args::WRITE, io_timeout(ruby, io)?)? {
-                    Ok(Some(_)) => {}
-                    Ok(None) => return Ok(negative_errno(ruby, libc::ETIMEDOUT)),
-                    Err(errno) => return Ok((-errno).into_value_with(ruby)),
+                match this.wait_for(ruby, file, Interest::WRITE, io_timeout(ruby, io)?)? {
+                    Waited::Ready(_) => {}
+                    Waited::TimedOut => return Ok(negative_errno(ruby, libc::ETIMEDOUT)),
+                    Waited::Refused(e) => return Ok(negative_errno(ruby, errno(&e))),
                 }
             }
-            Err(e) => return Ok(negative_errno(ruby, e.raw_os_error().unwrap_or(libc::EIO))),
+            Err(e) => return Ok(negative_errno(ruby, errno(&e))),
         }
     }
     Ok(total.into_value_with(ruby))
@@ -510,12 +602,13 @@ fn io_write(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error>
 /// `Fiber::Scheduler#io_read(io, buffer, offset, length)` as Ruby 4.1
 /// calls it (RUBY_FIBER_SCHEDULER_VERSION 4; see lib/evix/scheduler.rb,
 /// `Interface`): one non-blocking read of at most `length` bytes into
-/// `buffer` at `offset`. The bytes read (0 at end of stream, and for a
-/// `length` of 0 without a read), -EAGAIN when nothing is there (Ruby then
-/// waits with `io_wait` and asks again), or -errno.
+/// `buffer` at `offset` (bytes Ruby's own buffer holds first). The bytes
+/// read (0 at end of stream, and for a `length` of 0 without a read),
+/// -EAGAIN when nothing is there (Ruby then waits with `io_wait` and asks
+/// again), or -errno.
 fn io_read_once(
     ruby: &Ruby,
-    rb_self: Value,
+    _rb_self: Value,
     io: Value,
     buffer: Value,
     offset: Value,
@@ -528,7 +621,11 @@ fn io_read_once(
     let fd = match capi::direct(ruby, file, false) {
         Direct::Fd(fd) => fd,
         Direct::Closed => return Err(closed_stream(ruby)),
-        Direct::Ruby => return rb_self.funcall(*IO_READ_OTHER_ONCE, (io, buffer, offset, length)),
+        Direct::Ruby => {
+            let taken = capi::take_read_buffer(ruby, file, buffer, offset, length)?
+                .ok_or_else(|| not_readable(ruby))?;
+            return Ok(taken.into_value_with(ruby));
+        }
     };
     let socket = is_socket(ruby, io);
     let read = capi::with_buffer_mut(ruby, buffer, |bytes| {
@@ -606,7 +703,7 @@ fn transferred(ruby: &Ruby, outcome: io::Result<usize>) -> Value {
     match outcome {
         Ok(n) => n.into_value_with(ruby),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => negative_errno(ruby, libc::EAGAIN),
-        Err(e) => negative_errno(ruby, e.raw_os_error().unwrap_or(libc::EIO)),
+        Err(e) => negative_errno(ruby, errno(&e)),
     }
 }
 
@@ -614,52 +711,16 @@ fn range_error(ruby: &Ruby) -> Error {
     errors::argument(ruby, "offset + length exceeds the buffer's size".into())
 }
 
-/// `wait_for(io, interest, timeout = io.timeout)`, private, for the Ruby
-/// hooks: the ready Evix::READ/WRITE bits, nil on timeout.
-fn wait_for_method(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
-    args::arity(ruby, args, 2, 3)?;
-    let interest = Integer::try_convert(args[1])?.to_i64()?;
-    let timeout = match args.get(2) {
-        Some(timeout) => *timeout,
-        None => io_timeout(ruby, args[0])?,
-    };
-    match wait_for(ruby, rb_self, args[0], interest, timeout)? {
-        Ok(ready) => Ok(ready.unwrap_or_else(|| ruby.qnil().as_value())),
-        Err(errno) => Err(errors::os(
-            ruby,
-            io::Error::from_raw_os_error(errno as i32),
-            "wait_for",
-        )),
-    }
-}
-
-/// Suspends the calling fiber until `io` is ready for `interest`
-/// (Evix::READ/WRITE bits), at most `timeout` seconds (nil: no limit). The
-/// ready bits, or None on timeout; IOError when the IO is closed before or
-/// during the wait (the loop ends the waits on an fd that is closed).
-fn wait_for(
-    ruby: &Ruby,
-    rb_self: Value,
-    io: Value,
-    interest: i64,
-    timeout: Value,
-) -> Result<Result<Option<Value>, i64>, Error> {
-    let evloop = RbScheduler::this(ruby, &rb_self)?.evloop(ruby)?;
-    if RbLoop::inherited(ruby, evloop)? {
-        return wait_in_child(ruby, io, interest, timeout);
-    }
-    let refused = std::cell::Cell::new(None);
-    let args = [io, interest.into_value_with(ruby), timeout];
-    let waited = RbLoop::wait_io_with(ruby, evloop, &args, |e, fd| {
-        refused.set(Some(i64::from(e.raw_os_error().unwrap_or(libc::EIO))));
-        errors::os(ruby, e, &format!("wait_io(fd {fd})"))
-    });
-    match (waited, refused.get()) {
-        // The kernel refused the registration: the hooks' -errno.
-        (Err(_), Some(errno)) => Ok(Err(errno)),
-        (Err(error), None) => Err(closed_before_wait(ruby, error)),
-        (Ok(ready), _) => Ok(Ok((!ready.is_nil()).then_some(ready))),
-    }
+/// The fd of an IO a hook waits on: the IOError of an IO closed meanwhile
+/// for a closed one (what Ruby code rescues), else what Ruby raises.
+fn descriptor(ruby: &Ruby, file: RFile) -> Result<RawFd, Error> {
+    capi::io_descriptor(ruby, file).or_else(|e| {
+        if file.funcall::<_, _, bool>(*IS_CLOSED, ())? {
+            Err(closed_meanwhile(ruby))
+        } else {
+            Err(e)
+        }
+    })
 }
 
 /// The IOError of an IO closed while a fiber waits on it.
@@ -668,17 +729,6 @@ fn closed_meanwhile(ruby: &Ruby) -> Error {
         ruby.exception_io_error(),
         "stream closed in another fiber or thread",
     )
-}
-
-/// `Loop#wait_io` raises Evix::ClosedError for an IO closed before or
-/// while the fiber waits; Ruby code expects the IOError of an IO closed
-/// meanwhile.
-fn closed_before_wait(ruby: &Ruby, error: Error) -> Error {
-    if errors::is_closed(ruby, &error) {
-        closed_meanwhile(ruby)
-    } else {
-        error
-    }
 }
 
 /// The IO, length and offset of an `io_read`/`io_write` call: TypeError
@@ -705,23 +755,17 @@ fn is_socket(ruby: &Ruby, io: Value) -> bool {
         .is_some_and(|socket| io.is_kind_of(ruby.get_inner(*socket)))
 }
 
-/// The fd to read (or write) `file` through directly; None when Ruby's own
-/// buffer holds bytes for it; IOError when it is closed.
-fn open_fd(ruby: &Ruby, file: RFile, write: bool) -> Result<Option<i32>, Error> {
-    match capi::direct(ruby, file, write) {
-        Direct::Fd(fd) => Ok(Some(fd)),
-        Direct::Closed => Err(closed_stream(ruby)),
-        Direct::Ruby => Ok(None),
+/// The IO's own timeout (`IO#timeout`, Ruby >= 3.2), else none.
+fn io_timeout(ruby: &Ruby, io: Value) -> Result<Option<Duration>, Error> {
+    if !IO_TIMEOUT.load(Ordering::Relaxed) {
+        return Ok(None);
     }
+    let timeout: Value = io.funcall(*TIMEOUT, ())?;
+    args::optional_seconds(ruby, (!timeout.is_nil()).then_some(timeout), "timeout")
 }
 
-/// The IO's own timeout (`IO#timeout`, Ruby >= 3.2), else nil.
-fn io_timeout(ruby: &Ruby, io: Value) -> Result<Value, Error> {
-    if IO_TIMEOUT.load(Ordering::Relaxed) {
-        io.funcall(*TIMEOUT, ())
-    } else {
-        Ok(ruby.qnil().as_value())
-    }
+fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
 }
 
 fn negative_errno(ruby: &Ruby, errno: i32) -> Value {
@@ -731,6 +775,11 @@ fn negative_errno(ruby: &Ruby, errno: i32) -> Value {
 /// The `IOError` Ruby raises for a closed IO.
 fn closed_stream(ruby: &Ruby) -> Error {
     Error::new(ruby.exception_io_error(), "closed stream")
+}
+
+/// The `IOError` Ruby raises for a read from an IO opened only for writing.
+fn not_readable(ruby: &Ruby) -> Error {
+    Error::new(ruby.exception_io_error(), "not opened for reading")
 }
 
 fn offset_error(ruby: &Ruby) -> Error {
@@ -749,9 +798,8 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
 
     let class = evix.define_class("Scheduler", ruby.class_object())?;
     class.define_alloc_func::<RbScheduler>();
-    class.define_private_method("attach", method!(RbScheduler::attach, 1))?;
+    class.define_private_method("attach", method!(RbScheduler::attach, 2))?;
     class.define_method("loop", method!(RbScheduler::loop_reader, 0))?;
-    class.define_private_method("wake", method!(RbScheduler::wake, 2))?;
     class.define_method("kernel_sleep", method!(kernel_sleep, -1))?;
     class.define_method("block", method!(block, -1))?;
     class.define_method("unblock", method!(unblock, 2))?;
@@ -760,7 +808,10 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("io_write", method!(io_write, -1))?;
     class.define_method("io_read_once", method!(io_read_once, 4))?;
     class.define_method("io_write_once", method!(io_write_once, 4))?;
-    class.define_private_method("wait_for", method!(wait_for_method, -1))?;
+    class.define_private_method(
+        "interrupt_parked",
+        method!(RbScheduler::interrupt_parked, 2),
+    )?;
     class.define_private_method("waits_by_kind", method!(RbScheduler::waits_by_kind, 0))?;
     Ok(())
 }

@@ -146,6 +146,52 @@ pub fn hook_write_fd(ruby: &Ruby, io: RFile) -> Direct {
     }
 }
 
+/// Moves up to `max` of the bytes Ruby's read buffer holds for `io` (an
+/// `ungetc`, a `gets` on the raw IO) into `buffer`, an `IO::Buffer`, at
+/// `offset`, as Ruby's own reads take them before reading the fd: how many
+/// (0: none held, or no room). `None` when `io` is closed or not open for
+/// reading; `Err` for what the buffer's accessor raises, or an `offset`
+/// past its end.
+pub fn take_read_buffer(
+    ruby: &Ruby,
+    io: RFile,
+    buffer: Value,
+    offset: usize,
+    max: usize,
+) -> Result<Option<usize>, Error> {
+    let (base, size) = buffer_memory(ruby, buffer, true)?;
+    let room = size.checked_sub(offset).ok_or_else(|| {
+        Error::new(
+            ruby.exception_arg_error(),
+            "offset exceeds the buffer's size",
+        )
+    })?;
+    // SAFETY: `ruby` shows this thread holds the GVL and no Ruby code runs
+    // below, so nothing else touches the IO or the buffer meanwhile; `io` is
+    // a live T_FILE whose `fptr` is NULL or its rb_io_t (see `open_file`).
+    // `rbuf.ptr + rbuf.off` holds `rbuf.len` bytes (io.c's
+    // read_buffered_data reads them so, and moves `off`/`len` on as here);
+    // `base + offset` has `room` writable bytes (the accessor for writing
+    // said so). `copy` is a memmove: the buffer may be Ruby's own read buffer.
+    unsafe {
+        let Some(file) = (*(io.as_raw() as *const rb_sys::RFile)).fptr.as_mut() else {
+            return Ok(None);
+        };
+        if file.fd < 0 || file.mode & rb_sys::FMODE_READABLE as c_int == 0 {
+            return Ok(None);
+        }
+        let held = usize::try_from(file.rbuf.len).unwrap_or(0);
+        let taken = held.min(room).min(max);
+        if taken > 0 {
+            let from = file.rbuf.ptr.add(file.rbuf.off as usize).cast::<u8>();
+            std::ptr::copy(from, base.add(offset), taken);
+            file.rbuf.off += taken as c_int;
+            file.rbuf.len -= taken as c_int;
+        }
+        Ok(Some(taken))
+    }
+}
+
 /// Runs `f` on the bytes of `string`. `f` must not call into Ruby: the
 /// slice is only valid while nothing can change, move or free the string.
 pub fn with_bytes<R>(_ruby: &Ruby, string: RString, f: impl FnOnce(&[u8]) -> R) -> R {

@@ -61,11 +61,6 @@ pub fn closed_while_waiting(ruby: &Ruby) -> Error {
     )
 }
 
-/// Whether `error` is an `Evix::ClosedError`.
-pub fn is_closed(ruby: &Ruby, error: &Error) -> bool {
-    error.is_kind_of(ruby.get_inner(classes().closed))
-}
-
 /// Whether `error` is a `FiberError` (a switch Ruby refused).
 pub fn is_fiber_error(ruby: &Ruby, error: &Error) -> bool {
     error.is_kind_of(ruby.get_inner(classes().fiber_error))
