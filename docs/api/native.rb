@@ -212,7 +212,7 @@ module Evix
     # @return [nil]
     def reserve_fd(io); end
 
-    # What +fiber+ is parked on (Loop#tasks, Evix::Scheduler).
+    # What +fiber+ is parked on (Loop#tasks).
     # @api private
     # @param fiber [Fiber]
     # @return [Array(Integer, Integer, Float), nil] fd, event bits and seconds

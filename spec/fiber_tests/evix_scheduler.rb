@@ -39,7 +39,7 @@ class Scheduler < Evix::Scheduler
   def waiting
     tasks = nursery.instance_variable_get(:@tasks).keys
     tasks.filter_map do |task|
-      wait = loop.send(:wait_of, task.fiber)
+      wait = loop.wait_of(task.fiber)
       [task.fiber, wait[2]] if wait&.at(2)
     end.to_h
   end
