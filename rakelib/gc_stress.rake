@@ -19,11 +19,12 @@ require "rbconfig"
 # EVIX_GC_STRESS_FILES overrides the file list (space-separated paths or globs).
 module EvixGCStressTask
   FILES = %w[
-    spec/evix/loop_spec.rb spec/evix/timer_spec.rb spec/evix/watcher_spec.rb spec/evix/wait_io_spec.rb
-    spec/evix/io_spec.rb spec/evix/task_spec.rb spec/evix/run_spec.rb
-    spec/evix/scheduler_io_spec.rb spec/evix/scheduler_sleep_block_spec.rb
-    spec/evix/scheduler_process_resolve_spec.rb spec/evix/scheduler_lifecycle_spec.rb
-    spec/evix/offload_spec.rb spec/evix/signals_spec.rb spec/evix/threads_spec.rb spec/evix/gc_spec.rb
+    spec/evix/loop/loop_spec.rb spec/evix/loop/timer_spec.rb spec/evix/loop/watcher_spec.rb
+    spec/evix/loop/wait_io_spec.rb
+    spec/evix/io/io_spec.rb spec/evix/loop/task_spec.rb spec/evix/scheduler/run_spec.rb
+    spec/evix/scheduler/io_spec.rb spec/evix/scheduler/sleep_block_spec.rb
+    spec/evix/scheduler/process_resolve_spec.rb spec/evix/scheduler/lifecycle_spec.rb
+    spec/evix/loop/offload_spec.rb spec/evix/loop/signals_spec.rb spec/evix/threads_spec.rb spec/evix/gc_spec.rb
     spec/reliability
   ].freeze
 

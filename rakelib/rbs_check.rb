@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-# Checks that sig/ mirrors lib/ (one RBS file per Ruby file: sig/evix/loop.rbs
-# for lib/evix/loop.rb) and declares every public method of every Evix class
+# Checks that sig/ mirrors lib/ (one RBS file per Ruby file: sig/evix/loop/loop.rbs
+# for lib/evix/loop/loop.rb) and declares every public method of every Evix class
 # and module, native or Ruby (run by `rake rbs` in a fresh Ruby with lib/ loaded).
 require "rbs"
 require "evix"

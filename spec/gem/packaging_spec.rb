@@ -38,8 +38,8 @@ RSpec.describe "the evix gem's files" do
     end
     strays = %w[ext/evix/.sitearchdir.time ext/evix/Makefile ext/evix/mkmf.log ext/evix/evix.so
                 ext/evix/target/release/libevix.so ext/evix/target/release/build/evix-1/out/bindings.rs
-                ext/evix/.rb-sys/stable/cargo/bin/cargo lib/evix/evix.so lib/evix/3.3/evix.so lib/evix/io.rb.orig
-                spec/evix/loop_spec.rb ext/evix/src/core/timers_test.rs ext/evix/src/ruby/tests.rs]
+                ext/evix/.rb-sys/stable/cargo/bin/cargo lib/evix/evix.so lib/evix/3.3/evix.so lib/evix/io/io.rb.orig
+                spec/evix/loop/loop_spec.rb ext/evix/src/core/timers_test.rs ext/evix/src/ruby/tests.rs]
     strays.each do |path|
       FileUtils.mkdir_p(File.dirname(File.join(source, path)))
       File.write(File.join(source, path), "stray\n")

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # Runs a group's examples once per backend of Evix.backends (epoll and poll on
-# Linux), as spec/evix/loop_spec.rb runs the loop contract: for the fiber
+# Linux), as spec/evix/loop/loop_spec.rb runs the loop contract: for the fiber
 # layer (Evix::IO, Task, TCPServer, Scheduler), whose code paths are the same
 # on every backend but whose waits are not. Only examples that wait on I/O
 # belong under it; pure-Ruby ones would just run twice.

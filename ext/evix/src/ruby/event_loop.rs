@@ -671,7 +671,7 @@ impl RbLoop {
         }
     }
 
-    /// Called before any `IO#reopen` (lib/evix/io_patches.rb): registrations
+    /// Called before any `IO#reopen` (lib/evix/io/io_patches.rb): registrations
     /// pinned so far are checked with the kernel on their next wait.
     fn io_reopened() {
         REOPENS.fetch_add(1, Ordering::Relaxed);
@@ -939,7 +939,7 @@ pub fn init(ruby: &Ruby, evix: RModule) -> Result<(), Error> {
     class.define_method("interrupt", method!(RbLoop::interrupt, 2))?;
     class.define_method("start", method!(RbLoop::start, 1))?;
     class.define_singleton_method("io_closing", function!(RbLoop::io_closing, 1))?;
-    // Public, @api private: lib/evix/loop.rb needs them; Ruby calls no private native method.
+    // Public, @api private: lib/evix/loop/loop.rb needs them; Ruby calls no private native method.
     class.define_method("reserve_fd", method!(RbLoop::reserve_fd, 1))?;
     class.define_method("wait_of", method!(RbLoop::wait_of, 1))?;
     class.define_method("ensure_usable!", method!(RbLoop::ensure_usable, 0))?;

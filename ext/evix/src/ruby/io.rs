@@ -1,4 +1,4 @@
-//! `Evix::IO`'s native private methods (the class is lib/evix/io.rb).
+//! `Evix::IO`'s native private methods (the class is lib/evix/io/io.rb).
 //!
 //! Reads and writes on sockets: one `recv`/`send` with MSG_DONTWAIT and a
 //! String: what `read_nonblock`/`write_nonblock` do, without their Ruby

@@ -1,5 +1,5 @@
 //! The `Evix::Scheduler` hooks that suspend a fiber or move bytes, written
-//! in Rust (the rest of the class is lib/evix/scheduler.rb). Ruby calls
+//! in Rust (the rest of the class is lib/evix/scheduler/scheduler.rb). Ruby calls
 //! these hooks from C, often under a C iterator (`n.times { sleep }`,
 //! `readpartial` inside `each`); a hook written in Ruby re-enters the VM
 //! there, and the frames of that re-entry stay on the machine stack of every
@@ -49,7 +49,7 @@ static IS_CLOSED: LazyId = LazyId::new("closed?");
 /// The scheduler's waiting state, marked by the GC with the object: its
 /// loop, the fibers waiting in `block`/`kernel_sleep` (for `unblock`), the
 /// unblocks that came before their block, and which sockets' last read was
-/// short. The rest of the class is Ruby (lib/evix/scheduler.rb), which
+/// short. The rest of the class is Ruby (lib/evix/scheduler/scheduler.rb), which
 /// reaches this only through methods.
 #[derive(TypedData, Default)]
 #[magnus(class = "Evix::Scheduler", free_immediately, size, mark)]
@@ -600,7 +600,7 @@ fn io_write(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error>
 }
 
 /// `Fiber::Scheduler#io_read(io, buffer, offset, length)` as Ruby 4.1
-/// calls it (RUBY_FIBER_SCHEDULER_VERSION 4; see lib/evix/scheduler.rb,
+/// calls it (RUBY_FIBER_SCHEDULER_VERSION 4; see lib/evix/scheduler/scheduler.rb,
 /// `Interface`): one non-blocking read of at most `length` bytes into
 /// `buffer` at `offset` (bytes Ruby's own buffer holds first). The bytes
 /// read (0 at end of stream, and for a `length` of 0 without a read),

@@ -1,5 +1,5 @@
 //! `Evix::StallProbe`: a loop's pulse as a stall watchdog thread sees it
-//! (lib/evix/stall.rb). It holds the pulse, not the loop, so the watchdog
+//! (lib/evix/loop/stall.rb). It holds the pulse, not the loop, so the watchdog
 //! does not keep the loop alive; and it waits without the GVL, so a loop
 //! that is not stalled never waits for the watchdog.
 
