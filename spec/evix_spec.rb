@@ -6,7 +6,7 @@ require "spec_helper"
 RSpec.describe "require \"evix\"" do
   it "loads every part of evix but TLS, which loads (with openssl) on first use" do
     run = run_ruby(<<~RUBY)
-      tls = -> { $LOADED_FEATURES.grep(%r{/evix/tls\\.rb\\z|/openssl\\.rb\\z}).size }
+      tls = -> { $LOADED_FEATURES.grep(%r{/evix/net/tls\\.rb\\z|/openssl\\.rb\\z}).size }
       puts tls.call
       puts [Evix::Loop, Evix::Scheduler, Evix::TCPServer, Evix::UNIXClient, Evix::Workers].map(&:name).inspect
       puts tls.call

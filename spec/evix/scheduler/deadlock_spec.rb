@@ -129,7 +129,7 @@ RSpec.describe Evix::Scheduler, "deadlocks and lost wake-ups" do
       (kind, klass, message), ensured, took = outcome
       expect([kind, klass]).to eq([:raised, "Evix::Error"])
       expect(message).to match(/deadlock: 2 task\(s\) wait/)
-      expect(message.scan(/#<Evix::Task:0x\h+ running .*waits at .*scheduler_deadlock_spec\.rb:\d+/).size).to eq(2)
+      expect(message.scan(/#<Evix::Task:0x\h+ running .*waits at .*deadlock_spec\.rb:\d+/).size).to eq(2)
       expect(ensured).to eq(%i[a b]) # cancelled: their ensure blocks ran
       expect(took).to be < 2
     end

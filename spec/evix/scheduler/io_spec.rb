@@ -8,7 +8,7 @@ require "tmpdir"
 
 # Evix::Scheduler and plain standard-library I/O inside Evix.run: sockets and
 # pipes through the io_wait, io_read, io_write and io_select hooks, closing an
-# IO that fibers wait on, Net::HTTP. Files: scheduler_pipes_files_spec.rb.
+# IO that fibers wait on, Net::HTTP. Files: pipes_files_spec.rb.
 RSpec.describe Evix::Scheduler, "I/O" do
   include EvixSchedulerHelpers
 
