@@ -44,15 +44,15 @@ RSpec.describe Evix::Backtrace do
 
   describe ".fold" do
     it "keeps the first frame and the user's, and folds each run of evix's frames into one line" do
-      raised = ["#{lib}/evix/io_raw.rb:10:in `wait'", "#{lib}/evix/io_input.rb:20:in `read'"]
-      frames = [*raised, "app.rb:3:in `serve'", "#{lib}/evix/server.rb:9:in `serve'", evix_frame,
+      raised = ["#{lib}/evix/io/io.rb:10:in `wait'", "#{lib}/evix/io/io_input.rb:20:in `read'"]
+      frames = [*raised, "app.rb:3:in `serve'", "#{lib}/evix/net/server.rb:9:in `serve'", evix_frame,
                 "app.rb:9:in `<main>'"]
       expect(described_class.fold(frames))
         .to eq([*raised, "app.rb:3:in `serve'", "... 2 frames of evix", "app.rb:9:in `<main>'"])
     end
 
     it "keeps every frame with EVIX_BACKTRACE=full" do
-      frames = ["app.rb:3:in `x'", "#{lib}/evix/server.rb:9:in `serve'", evix_frame]
+      frames = ["app.rb:3:in `x'", "#{lib}/evix/net/server.rb:9:in `serve'", evix_frame]
       ENV["EVIX_BACKTRACE"] = "full"
       expect(described_class.fold(frames)).to eq(frames)
     ensure
