@@ -56,11 +56,17 @@ module Evix
     # @param loop [Evix::Loop]
     # @param io [::IO, OpenSSL::SSL::SSLSocket]
     # @return [Evix::IO]
+    # @raise [TypeError] an SSLSocket given to a subclass that is not a
+    #   TLS::Stream (it would read and write the raw socket under TLS)
     def self.new(loop, io, **options)
-      # Only a subclass of IO can be an SSLSocket; no look-up of OpenSSL for
-      # an ::IO, which would load it where net/http left an autoload for it.
-      if equal?(IO) && !io.is_a?(::IO) && defined?(::OpenSSL::SSL::SSLSocket) && io.is_a?(::OpenSSL::SSL::SSLSocket)
-        return TLS::Stream.new(loop, io, **options)
+      # No look-up of OpenSSL for an ::IO, which would load it where net/http
+      # left an autoload for it.
+      if !io.is_a?(::IO) && defined?(::OpenSSL::SSL::SSLSocket) && io.is_a?(::OpenSSL::SSL::SSLSocket) &&
+         !(self <= TLS::Stream)
+        return TLS::Stream.new(loop, io, **options) if equal?(IO)
+
+        raise TypeError, "an OpenSSL::SSL::SSLSocket is wrapped by Evix::IO.new or a subclass of " \
+                         "Evix::TLS::Stream (got #{name || inspect}.new)"
       end
 
       super

@@ -427,6 +427,18 @@ RSpec.describe "TLS: Evix::TCPServer and Evix::TCPClient with ssl_context:" do
   describe "bad arguments" do
     let(:ev) { new_loop }
 
+    it "wraps an SSLSocket in an Evix::TLS::Stream, and refuses a subclass of Evix::IO that is not one" do
+      a, b = UNIXSocket.pair
+      ssl = OpenSSL::SSL::SSLSocket.new(a)
+      expect(ev.wrap(ssl)).to be_a(Evix::TLS::Stream)
+      plain = Class.new(Evix::IO)
+      expect { plain.new(ev, ssl) }
+        .to raise_error(TypeError, /SSLSocket is wrapped by Evix::IO.new or a subclass of Evix::TLS::Stream/)
+      expect(Class.new(Evix::TLS::Stream).new(ev, ssl)).to be_a(Evix::TLS::Stream)
+    ensure
+      [a, b].each { |s| s&.close }
+    end
+
     it "raises TypeError for a server ssl_context that is not an SSLContext, and opens no socket" do
       expect(ev.closed?).to be(false) # the loop's own descriptors are open before counting
       before = fd_count
