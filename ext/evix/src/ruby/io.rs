@@ -154,19 +154,24 @@ fn buffered_line(
 /// `chomp_line(line, separator)`: `line` without its trailing `separator`
 /// (`core::lines::chomped_len`). `line` is one #gets just handed out and
 /// owns: it is cut in place, no second String.
-fn chomp_line(ruby: &Ruby, _rb_self: Value, line: RString, separator: RString) -> RString {
+fn chomp_line(
+    ruby: &Ruby,
+    _rb_self: Value,
+    line: RString,
+    separator: RString,
+) -> Result<RString, Error> {
     let (kept, len) = capi::with_bytes(ruby, line, |bytes| {
         capi::with_bytes(ruby, separator, |separator| {
             (chomped_len(bytes, separator), bytes.len())
         })
     });
     if kept == len {
-        line
+        Ok(line)
     } else if line.is_frozen() {
-        capi::byteslice(ruby, line, 0..kept)
+        Ok(capi::byteslice(ruby, line, 0..kept))
     } else {
-        capi::truncate(ruby, line, kept);
-        line
+        capi::truncate(ruby, line, kept)?;
+        Ok(line)
     }
 }
 

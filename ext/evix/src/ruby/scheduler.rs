@@ -341,12 +341,10 @@ fn block(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<bool, Error> {
         nogvl::sleep_thread(ruby, Some(nap))?;
         return Ok(timeout.is_none_or(|t| t > nap));
     }
-    if this
-        .early
-        .borrow_mut()
-        .remove(&owner_of(ruby.fiber_current()))
-        .is_some()
-    {
+    // The current fiber first: it may allocate a root Fiber, and a GC then
+    // marks `early`, which must not be borrowed.
+    let owner = owner_of(ruby.fiber_current());
+    if this.early.borrow_mut().remove(&owner).is_some() {
         return Ok(true); // another thread unblocked it already
     }
     this.suspend_blocked(ruby, evloop, timeout, BlockedKind::Blocker)

@@ -3,8 +3,7 @@
 //! safe function whose SAFETY note says why the access is sound.
 
 use magnus::{
-    block::Proc, rb_sys::AsRawValue, value::ReprValue, Error, RFile, RString, RTypedData, Ruby,
-    TypedData, Value,
+    block::Proc, rb_sys::AsRawValue, Error, RFile, RString, RTypedData, Ruby, TypedData, Value,
 };
 use std::ffi::{c_int, c_void};
 
@@ -270,20 +269,19 @@ pub fn byteslice(ruby: &Ruby, string: RString, range: std::ops::Range<usize>) ->
     ruby.str_from_slice(&bytes[range])
 }
 
-/// The first `len` bytes of `string` (not frozen, `len` at most its length),
-/// in place: `rb_str_resize`, so a string that shares its bytes gets its
-/// own first. No allocation for a string that keeps them on the heap.
-pub fn truncate(_ruby: &Ruby, string: RString, len: usize) {
-    assert!(
-        !string.is_frozen() && len <= string.len(),
-        "truncate: a frozen or shorter string"
-    );
-    // SAFETY: `_ruby` shows this thread holds the GVL; `string` is a live,
-    // unfrozen String (checked above: rb_str_resize raises only for a frozen
-    // one or a negative length), and `len` fits a c_long.
-    unsafe {
-        rb_sys::rb_str_resize(string.as_raw(), len as std::ffi::c_long);
-    }
+/// The first `len` bytes of `string`, in place: `rb_str_resize`, so a
+/// string that shares its bytes gets its own first. No allocation for a
+/// string that keeps them on the heap. Ruby's refusal (a frozen or locked
+/// string, a chilled one whose warning raises) comes back as the error.
+pub fn truncate(_ruby: &Ruby, string: RString, len: usize) -> Result<(), Error> {
+    let len = std::ffi::c_long::try_from(len.min(string.len())).unwrap_or(0);
+    magnus::rb_sys::protect(|| {
+        // SAFETY: `_ruby` shows this thread holds the GVL; `string` is a live
+        // String held by the caller's frame; `len` is within its length and a
+        // c_long; whatever Ruby raises in rb_str_resize, `protect` catches.
+        unsafe { rb_sys::rb_str_resize(string.as_raw(), len) }
+    })?;
+    Ok(())
 }
 
 /// The frozen, interned String with `bytes` (as `-"..."`): one look-up in
