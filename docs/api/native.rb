@@ -466,10 +466,11 @@ module Evix
     def buffered_line(buffer, offset, searched, separator, limit); end
 
     # +line+ without its trailing +separator+ (and a "\r" before a "\n"
-    # one), for #gets's +chomp: true+.
+    # one), for #gets's +chomp: true+: cut in place, unless +line+ is frozen
+    # (then a new String).
     # @param line [String]
     # @param separator [String]
-    # @return [String] +line+ itself when it does not end with +separator+
+    # @return [String] +line+ itself, cut or not, or a new String for a frozen one
     def chomp_line(line, separator); end
   end
 
