@@ -11,7 +11,7 @@ require "rbconfig"
 #     re-marked only through write barriers, and the loop (not wb_protected)
 #     only through its mark function, so a missing barrier or mark frees a
 #     live block at once. Examples tagged `timing: true` (their assertions
-#     depend on elapsed time) are left out: ~500 examples, 5-10 minutes on a
+#     depend on elapsed time) are left out: ~750 examples, 15-20 minutes on a
 #     2-core VM.
 #   EVIX_GC_STRESS=full: a full GC at every allocation; about 100 times slower,
 #     so only for the small set EVIX_GC_STRESS_FILES names.
@@ -21,9 +21,10 @@ module EvixGCStressTask
   FILES = %w[
     spec/evix/loop/loop_spec.rb spec/evix/loop/timer_spec.rb spec/evix/loop/watcher_spec.rb
     spec/evix/loop/wait_io_spec.rb
-    spec/evix/io/io_spec.rb spec/evix/loop/task_spec.rb spec/evix/scheduler/run_spec.rb
+    spec/evix/io/io_spec.rb spec/evix/io/io_lines_spec.rb spec/evix/loop/task_spec.rb spec/evix/scheduler/run_spec.rb
     spec/evix/scheduler/io_spec.rb spec/evix/scheduler/sleep_block_spec.rb
     spec/evix/scheduler/process_resolve_spec.rb spec/evix/scheduler/lifecycle_spec.rb
+    spec/evix/scheduler/pipes_files_spec.rb
     spec/evix/loop/offload_spec.rb spec/evix/loop/signals_spec.rb spec/evix/threads_spec.rb spec/evix/gc_spec.rb
     spec/reliability
   ].freeze
