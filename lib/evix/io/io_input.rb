@@ -220,7 +220,7 @@ module Evix
         consume_to(@offset + line.size)
         return chomp && separator ? chomp_line(line, separator) : line
       end
-      read_line(separator, limit, timeout, line.nil? ? 0 : @buffer.size - @offset, chomp)
+      read_line(separator, limit, timeout, line, chomp)
     end
     # rubocop:enable Metrics
 
@@ -235,10 +235,12 @@ module Evix
     end
 
     # The next line (arguments as #gets takes them), reading more until the
-    # buffer holds a whole one; at end of file the rest, nil if none. Each
-    # search resumes where the last one stopped (+searched+ bytes).
-    def read_line(separator, limit, timeout, searched, chomp)
-      if (line = buffered_line(@buffer, @offset, searched, separator, limit)).nil?
+    # buffer holds a whole one; at end of file the rest, nil if none. +line+
+    # is what the search of the buffer just gave: false (no whole line, all
+    # of it searched) or nil (arguments to make usual first). Each search
+    # resumes where the last one stopped.
+    def read_line(separator, limit, timeout, line, chomp)
+      if line.nil?
         # Arguments the line reader takes only once made usual.
         separator, limit = line_arguments(separator, limit)
         if (paragraph = separator&.empty?)
